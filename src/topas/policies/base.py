@@ -1,0 +1,145 @@
+"""The policy interface, and the default residency behaviour baselines share.
+
+A policy is an object with a ``name`` and a pure ``decide(snapshot) -> Decision``.  It never
+imports an engine: the simulator and the vLLM adapter both build a
+:class:`~topas.engine.snapshot.Snapshot` and apply the returned
+:class:`~topas.engine.decision.Decision`.  Policies may memoise work keyed by what they read
+(for example a task's ``version``) but must not depend on anything else.
+
+:class:`AdmissionPlan` is what engines do by default and what most baselines need: admit
+requests in the policy's order while they fit, making room by evicting idle prefixes least
+recently used first (swapped out when a host tier exists, else dropped), never evicting a
+prefix that a running or just-admitted request uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol, runtime_checkable
+
+from topas.engine.decision import Decision
+from topas.engine.snapshot import Location, RequestState, Snapshot
+
+#: default KV reservation for a request's future output when no history exists (tokens)
+DEFAULT_OUTPUT_RESERVE_TOKENS = 256
+
+
+@runtime_checkable
+class Policy(Protocol):
+    name: str
+
+    def decide(self, snapshot: Snapshot) -> Decision: ...
+
+
+def expected_call_output(snap: Snapshot, agent: str, kind: str | None = None) -> float:
+    """Mean output tokens per call of ``agent`` (optionally one stage kind) from history;
+    :data:`DEFAULT_OUTPUT_RESERVE_TOKENS` until any exists."""
+    tot = 0
+    rounds = 0
+    for (a, k), recs in snap.history.items():
+        if a != agent or (kind is not None and k != kind):
+            continue
+        # the last few records are enough and keep this O(1) on long runs
+        for rec in recs[-32:]:
+            tot += rec.output_tokens
+            rounds += rec.rounds
+    return tot / rounds if rounds else float(DEFAULT_OUTPUT_RESERVE_TOKENS)
+
+
+class AdmissionPlan:
+    """Greedy admission with LRU residency, on a copy of the snapshot's accounting.
+
+    ``reserve_ratio`` -- each admitted or running request keeps headroom for
+    ``reserve_ratio * expected output`` tokens it has not generated yet (SGLang's
+    ``new_token_ratio`` idea), so decodes rarely run out of KV.  0 disables it.
+    """
+
+    def __init__(self, snap: Snapshot, reserve_ratio: float = 0.5) -> None:
+        self.snap = snap
+        self.reserve_ratio = reserve_ratio
+        self._out_cache: dict[str, float] = {}
+        self.free = snap.free_kv_tokens - sum(self.reserve(r) for r in snap.running)
+        self.admitted: list[int] = []
+        self.evicted: list[str] = []
+        self.batch = len(snap.running)
+        self.needed: set[str] = {r.agent for r in snap.running}
+        self.resident: set[str] = {a for a, p in snap.prefixes.items()
+                                   if p.location == Location.DEVICE}
+        self._lru: list[str] | None = None
+
+    # -- accounting -------------------------------------------------------------------------
+    def reserve(self, r: RequestState) -> int:
+        if self.reserve_ratio <= 0:
+            return 0
+        exp = self._out_cache.get(r.agent)
+        if exp is None:
+            exp = self._out_cache[r.agent] = expected_call_output(self.snap, r.agent)
+        return max(0, int(self.reserve_ratio * exp) - r.generated_tokens)
+
+    def request_tokens(self, r: RequestState) -> int:
+        """KV this request takes at admission (context KV it holds is already counted)."""
+        held = self.snap.held.get((r.task_id, r.stage))
+        have = held.tokens if held is not None and held.expires_s > self.snap.time_s else 0
+        return self.snap.blocks(r.prompt_tokens + r.generated_tokens) - have
+
+    def need(self, r: RequestState) -> int:
+        """Tokens admitting ``r`` takes from the budget, its prefix included if not resident."""
+        n = self.request_tokens(r) + self.reserve(r)
+        if r.agent not in self.resident:
+            n += self.snap.prefixes[r.agent].tokens
+        return n
+
+    def lru_order(self) -> list[str]:
+        if self._lru is None:
+            idle = [p for a, p in self.snap.prefixes.items()
+                    if a in self.resident and p.users == 0 and p.transfer != "in"]
+            idle.sort(key=lambda p: p.last_used_s)
+            self._lru = [p.agent for p in idle]
+        return self._lru
+
+    # -- actions ----------------------------------------------------------------------------
+    def try_admit(self, r: RequestState, evict: bool = True) -> bool:
+        """Admit ``r`` if it fits, evicting idle prefixes LRU-first when ``evict``."""
+        if self.batch >= self.snap.config.max_batch_requests:
+            return False
+        need = self.need(r)
+        if need > self.free:
+            if not evict:
+                return False
+            victims = []
+            gain = 0
+            for a in self.lru_order():
+                if a in self.needed or a == r.agent:
+                    continue
+                victims.append(a)
+                gain += self.snap.prefixes[a].tokens
+                if need <= self.free + gain:
+                    break
+            if need > self.free + gain:
+                return False
+            for a in victims:
+                self.evict(a)
+        self.free -= need
+        self.resident.add(r.agent)
+        self.needed.add(r.agent)
+        self.admitted.append(r.request_id)
+        self.batch += 1
+        return True
+
+    def evict(self, agent: str) -> None:
+        self.resident.discard(agent)
+        self.free += self.snap.prefixes[agent].tokens
+        self.evicted.append(agent)
+        if self._lru is not None and agent in self._lru:
+            self._lru.remove(agent)
+
+    def admit_in_order(self, ordered: Iterable[RequestState], *, stop_at_first_blocked: bool
+                       = True, evict: bool = True) -> None:
+        """Admit ``ordered`` requests while they fit.  With ``stop_at_first_blocked`` the first
+        request that does not fit blocks the rest (vLLM's FCFS head-of-line behaviour)."""
+        for r in ordered:
+            if not self.try_admit(r, evict=evict) and stop_at_first_blocked:
+                break
+
+    def decision(self, **extra) -> Decision:
+        return Decision(admit=tuple(self.admitted), evict=tuple(self.evicted), **extra)

@@ -1,0 +1,199 @@
+"""Workflow model: agents, tasks, stages and the LLM calls they make.
+
+Vocabulary (the paper's symbols in brackets):
+
+* ``Agent`` -- a role with a static prefix of ``prefix_tokens`` tokens (``l_a``), shared by
+  every request of that agent across all tasks.  A prefix is identified by the agent name; a
+  trace whose requests share leading hash blocks (Mooncake) is mapped onto agents by the trace
+  reader, so the engine has exactly one notion of a shareable prefix.
+* ``Task`` -- one workflow run (``i``), arriving at ``arrival_s`` (``tau_i``) with a DAG of
+  stages (``G_i``).  It completes when its last stage completes.
+* ``Stage`` -- one node ``v`` of the DAG, executed by one agent ``a(v)``.  It makes one or more
+  LLM calls, ReAct style: call, tool delay, call, ...  The number of calls and their lengths
+  are the stage's *true trajectory*: the engine knows them, a policy does not.
+* ``Call`` -- one LLM request of a stage: a dynamic prompt of ``prompt_tokens`` (the part after
+  the agent prefix), ``output_tokens`` generated, then ``tool_delay_s`` seconds of tool time
+  before the next call of the stage becomes ready (ignored after the last call).
+
+Everything here is immutable data; validation raises :class:`WorkflowError` with a one-line
+message that names the offending input.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+
+class WorkflowError(ValueError):
+    """Invalid workflow input; the message is one line and names the input."""
+
+
+def _check_pos_int(value: object, what: str, allow_zero: bool = False) -> None:
+    ok = isinstance(value, int) and not isinstance(value, bool)
+    if ok and (value > 0 or (allow_zero and value == 0)):
+        return
+    bound = ">= 0" if allow_zero else "> 0"
+    raise WorkflowError(f"{what}: must be an integer {bound}, got {value!r}")
+
+
+def _check_nonneg_float(value: object, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise WorkflowError(f"{what}: must be a number, got {value!r}")
+    if math.isnan(value) or math.isinf(value) or value < 0:
+        raise WorkflowError(f"{what}: must be finite and >= 0, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Agent:
+    """A role with a static prefix of ``prefix_tokens`` tokens (``l_a``)."""
+
+    name: str
+    prefix_tokens: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise WorkflowError(f"agent name: must be a non-empty string, got {self.name!r}")
+        _check_pos_int(self.prefix_tokens, f"agent {self.name!r} prefix_tokens", allow_zero=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One LLM call: ``prompt_tokens`` of dynamic prompt, ``output_tokens`` generated, then
+    ``tool_delay_s`` of tool time before the stage's next call (unused after the last)."""
+
+    prompt_tokens: int
+    output_tokens: int
+    tool_delay_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """A DAG node: ``agent`` runs ``calls`` in sequence after every stage in ``deps`` is done.
+
+    ``kind`` names the stage in its workflow template (for example ``"Engineer"`` for every
+    per-file engineer stage); estimators pool service-time history by ``(agent, kind)``.
+    """
+
+    name: str
+    agent: str
+    calls: tuple[Call, ...]
+    deps: tuple[str, ...] = ()
+    kind: str = ""
+
+    @property
+    def template(self) -> str:
+        return self.kind or self.name
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One workflow run: stages (a DAG) arriving together at ``arrival_s``."""
+
+    task_id: int
+    arrival_s: float
+    stages: tuple[Stage, ...]
+    workflow: str = "custom"
+    _order: tuple[int, ...] = field(default=(), compare=False, repr=False)
+
+    @property
+    def stage_index(self) -> dict[str, int]:
+        return {s.name: k for k, s in enumerate(self.stages)}
+
+    def topological_order(self) -> tuple[int, ...]:
+        """Indices of ``stages`` in a topological order (validated by :func:`validate_task`)."""
+        return self._order or _topo_order(self)
+
+    def successors(self) -> dict[str, tuple[str, ...]]:
+        succ: dict[str, list[str]] = {s.name: [] for s in self.stages}
+        for s in self.stages:
+            for d in s.deps:
+                succ[d].append(s.name)
+        return {k: tuple(v) for k, v in succ.items()}
+
+    @property
+    def n_calls(self) -> int:
+        return sum(len(s.calls) for s in self.stages)
+
+
+def _topo_order(task: Task) -> tuple[int, ...]:
+    index = task.stage_index
+    indeg = [len(s.deps) for s in task.stages]
+    succ: list[list[int]] = [[] for _ in task.stages]
+    for k, s in enumerate(task.stages):
+        for d in s.deps:
+            succ[index[d]].append(k)
+    ready = [k for k, n in enumerate(indeg) if n == 0]
+    order: list[int] = []
+    while ready:
+        k = ready.pop()
+        order.append(k)
+        for j in succ[k]:
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                ready.append(j)
+    if len(order) != len(task.stages):
+        stuck = sorted(task.stages[k].name for k in range(len(task.stages)) if indeg[k] > 0)
+        raise WorkflowError(f"task {task.task_id}: stage graph has a cycle through {stuck}")
+    return tuple(order)
+
+
+def validate_task(task: Task, agents: Mapping[str, Agent]) -> Task:
+    """Check one task against the agent table; return it with its topological order cached."""
+    where = f"task {task.task_id}"
+    _check_nonneg_float(task.arrival_s, f"{where} arrival_s")
+    if not task.stages:
+        raise WorkflowError(f"{where}: has no stages")
+    names = [s.name for s in task.stages]
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise WorkflowError(f"{where}: duplicate stage names {dup}")
+    known = set(names)
+    for s in task.stages:
+        sw = f"{where} stage {s.name!r}"
+        if s.agent not in agents:
+            raise WorkflowError(f"{sw}: unknown agent {s.agent!r}")
+        if not s.calls:
+            raise WorkflowError(f"{sw}: has no calls")
+        for d in s.deps:
+            if d not in known:
+                raise WorkflowError(f"{sw}: depends on unknown stage {d!r}")
+            if d == s.name:
+                raise WorkflowError(f"{sw}: depends on itself (cycle)")
+        for j, c in enumerate(s.calls):
+            cw = f"{sw} call {j}"
+            _check_pos_int(c.prompt_tokens, f"{cw} prompt_tokens")
+            _check_pos_int(c.output_tokens, f"{cw} output_tokens")
+            _check_nonneg_float(c.tool_delay_s, f"{cw} tool_delay_s")
+    order = _topo_order(task)
+    object.__setattr__(task, "_order", order)
+    return task
+
+
+def validate_fits(task: Task, agents: Mapping[str, Agent], kv_budget_tokens: int) -> None:
+    """A request must fit the KV budget on an otherwise empty engine, or it can never run."""
+    for s in task.stages:
+        prefix = agents[s.agent].prefix_tokens
+        if prefix > kv_budget_tokens:
+            raise WorkflowError(
+                f"agent {s.agent!r}: prefix of {prefix} tokens can never fit the KV budget of "
+                f"{kv_budget_tokens} tokens"
+            )
+        for j, c in enumerate(s.calls):
+            need = prefix + c.prompt_tokens + c.output_tokens
+            if need > kv_budget_tokens:
+                raise WorkflowError(
+                    f"task {task.task_id} stage {s.name!r} call {j}: needs {need} KV tokens "
+                    f"(prefix {prefix} + prompt {c.prompt_tokens} + output {c.output_tokens}), "
+                    f"more than the KV budget of {kv_budget_tokens}"
+                )
+
+
+def agent_table(agents: Iterable[Agent]) -> dict[str, Agent]:
+    table: dict[str, Agent] = {}
+    for a in agents:
+        if a.name in table:
+            raise WorkflowError(f"agent {a.name!r}: defined twice")
+        table[a.name] = a
+    return table

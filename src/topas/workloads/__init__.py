@@ -1,0 +1,85 @@
+"""Workloads: generators of tasks (DAGs of stages with sampled trajectories) and arrivals.
+
+A workload is any object with ``name``, ``description``, ``agents`` (a tuple of
+:class:`~topas.workflow.model.Agent`), ``default_rate`` (tasks/s), ``default_tasks`` and
+``sample(n_tasks, rate, rng) -> list[Task]``.  Sampling draws every trajectory (rounds,
+lengths, tool delays) and every arrival time from ``rng`` before the engine starts, so all
+policies replay the same trajectories for the same seed.
+
+Built-in workloads register themselves with :func:`register`; ``get_workload`` also accepts a
+path to a workload file (see docs/workloads.md).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from topas.workflow.model import Agent, Task
+
+
+class Workload(Protocol):
+    name: str
+    description: str
+    agents: tuple[Agent, ...]
+    default_rate: float
+    default_tasks: int
+
+    def sample(self, n_tasks: int, rate: float, rng: np.random.Generator) -> list[Task]: ...
+
+
+_REGISTRY: dict[str, Callable[[], Workload]] = {}
+_loaded = False
+#: loaders for workload files by suffix, filled in by the module that implements the format
+FILE_LOADERS: dict[str, Callable[[Path], Workload]] = {}
+
+
+def register(name: str) -> Callable:
+    def deco(factory: Callable[[], Workload]) -> Callable[[], Workload]:
+        _REGISTRY[name] = factory
+        return factory
+
+    return deco
+
+
+def _load_all() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for m in pkgutil.iter_modules(__path__):
+        if not m.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{m.name}")
+
+
+def list_workloads() -> list[str]:
+    _load_all()
+    return sorted(_REGISTRY)
+
+
+def get_workload(name_or_path: str) -> Workload:
+    _load_all()
+    if name_or_path in _REGISTRY:
+        return _REGISTRY[name_or_path]()
+    p = Path(name_or_path)
+    if p.suffix in FILE_LOADERS:
+        if not p.exists():
+            raise ValueError(f"workload file {p}: does not exist")
+        return FILE_LOADERS[p.suffix](p)
+    known = ", ".join(sorted(_REGISTRY))
+    raise ValueError(f"workload {name_or_path!r}: unknown (known: {known}; or a workload file "
+                     f"with suffix {sorted(FILE_LOADERS) or ['.yaml']})")
+
+
+def poisson_arrivals(n: int, rate: float, rng: np.random.Generator) -> np.ndarray:
+    """Arrival times (s) of a Poisson process of ``rate`` tasks/s, first arrival at 0."""
+    if not rate > 0:
+        raise ValueError(f"rate {rate!r}: must be > 0 tasks/s")
+    gaps = rng.exponential(1.0 / rate, size=n)
+    gaps[0] = 0.0
+    return np.cumsum(gaps)
