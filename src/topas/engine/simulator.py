@@ -229,7 +229,9 @@ class Simulator:
         self._n_req_done_by_task: dict[int, int] = {}
         self._pending_event = ""
         self._next_task = 0
-        self._stage_first_admit: dict[tuple[int, str], float] = {}
+        # a clairvoyant policy (an "oracle" variant for reports) may ask for the true tasks
+        if hasattr(policy, "bind_oracle"):
+            policy.bind_oracle(self.true_task)
 
     # ------------------------------------------------------------------ bookkeeping helpers
     def _push(self, t: float, kind: int, payload: object) -> None:
@@ -251,6 +253,11 @@ class Simulator:
             raise AssertionError(f"KV over budget: {self.used_kv} > {self.config.kv_budget_tokens}")
         if self.used_kv > self.counters.peak_kv_tokens:
             self.counters.peak_kv_tokens = self.used_kv
+
+    def true_task(self, task_id: int) -> Task:
+        """The full trajectory of an active task.  Only for clairvoyant reference policies
+        (``bind_oracle``); a real engine cannot offer it."""
+        return self._truth[task_id]
 
     # ------------------------------------------------------------------ workload side
     def _schedule_next_arrival(self) -> None:
