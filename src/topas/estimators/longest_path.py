@@ -1,0 +1,208 @@
+"""Expected longest remaining path ``L_i = E[LP(G_i, Z_i)]`` by Monte Carlo.
+
+The expectation is *outside* the longest-path operator: for each of ``S`` sample rows the
+finish time of every unfinished stage is computed in reverse-dependency (topological) order,
+``f_v = max(o_v, max_{u in deps(v)} f_u) + Z_v`` (``o_v`` a start offset, 0 unless the stage
+is deferred), and ``L = mean_s max_v f_v``.  So the critical path may differ between rows and
+``E[max] >= max E``.
+
+Common random numbers: each task gets one fixed ``S x |V|`` matrix of uniforms ``U`` for its
+whole life, from a generator seeded by ``(seed, task_id)``; a stage's samples are the inverse
+empirical CDF of its current residual distribution at ``U[:, v]``.  The residual matrix is
+rebuilt only when the task's ``version`` changes (anything in its DAG status changed);
+between versions, the residuals of stages that were running are aged by the time elapsed
+since they were built (``max(Z - dt, 0)``), which keeps them current without resampling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+from topas.engine.snapshot import Snapshot, StageStatus, TaskState
+from topas.estimators.residual import EmpiricalResidual, ResidualModel
+
+#: default number of Monte Carlo rows per task
+DEFAULT_SAMPLES = 64
+
+
+class TaskMC:
+    """Residual sample matrix of one task version, and ``E[LP]`` under start offsets.
+
+    ``names`` -- unfinished stages in topological order; ``deps[v]`` -- indices (into
+    ``names``) of the unfinished dependencies of ``v``; ``ready`` -- indices of stages whose
+    next call waits for admission (the only ones a decision can start or defer);
+    ``running`` -- indices of stages in progress (admitted or in a tool call).
+    """
+
+    __slots__ = ("task_id", "version", "names", "index", "deps", "ready", "running", "z",
+                 "built_s", "_memo", "_memo_key")
+
+    def __init__(self, task_id: int, version: int, names: list[str], deps: list[tuple[int, ...]],
+                 ready: tuple[int, ...], running: tuple[int, ...], z: np.ndarray,
+                 built_s: float) -> None:
+        self.task_id = task_id
+        self.version = version
+        self.names = names
+        self.index = {n: k for k, n in enumerate(names)}
+        self.deps = deps
+        self.ready = ready
+        self.running = running
+        self.z = z  #: (S, V) residual samples, seconds
+        self.built_s = built_s
+        self._memo: dict[tuple, float] = {}
+        self._memo_key = -1.0
+
+    def _z_at(self, now_s: float) -> np.ndarray:
+        dt = now_s - self.built_s
+        if dt <= 0 or not self.running:
+            return self.z
+        z = self.z.copy()
+        cols = list(self.running)
+        z[:, cols] = np.maximum(z[:, cols] - dt, 0.0)
+        return z
+
+    def expected_lp(self, now_s: float, deferred: Iterable[int] = (), defer_s: float = 0.0
+                    ) -> float:
+        """``E[LP]`` (seconds from now) when stages ``deferred`` start after ``defer_s``."""
+        dkey = tuple(sorted(deferred)) if defer_s > 0 else ()
+        if self._memo_key != now_s:
+            self._memo = {}
+            self._memo_key = now_s
+        key = (dkey, defer_s)
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        z = self._z_at(now_s)
+        val = longest_path_mean(z, self.deps, {v: defer_s for v in dkey})
+        self._memo[key] = val
+        return val
+
+
+def longest_path_mean(z: np.ndarray, deps: list[tuple[int, ...]],
+                      offsets: Mapping[int, float] | None = None) -> float:
+    """``mean_s max_v f_v`` with ``f_v = max(o_v, max_{u in deps[v]} f_u) + z[s, v]``.
+
+    ``z`` is ``(S, V)`` with columns in a topological order of ``deps``.
+    """
+    n_s, n_v = z.shape
+    if n_v == 0:
+        return 0.0
+    if all(not d for d in deps) and not offsets:
+        return float(z.max(axis=1).mean())
+    offsets = offsets or {}
+    finish = np.empty_like(z)
+    for v in range(n_v):
+        d = deps[v]
+        o = offsets.get(v, 0.0)
+        if not d:
+            np.add(z[:, v], o, out=finish[:, v])
+            continue
+        s = finish[:, d[0]]
+        if len(d) > 1:
+            s = finish[:, d].max(axis=1)
+        if o > 0:
+            s = np.maximum(s, o)
+        np.add(s, z[:, v], out=finish[:, v])
+    return float(finish.max(axis=1).mean())
+
+
+class MonteCarloLP:
+    """Per-task Monte Carlo cache keyed by ``(task_id, TaskState.version)``.
+
+    ``residual`` -- the :class:`ResidualModel`; ``n_samples`` -- rows ``S``; ``seed`` -- the
+    run's seed (each task's uniforms come from ``(seed, task_id)``).
+    """
+
+    def __init__(self, residual: ResidualModel | None = None, n_samples: int = DEFAULT_SAMPLES,
+                 seed: int = 0) -> None:
+        if n_samples < 1:
+            raise ValueError(f"n_samples {n_samples}: must be >= 1")
+        self.residual = residual if residual is not None else EmpiricalResidual()
+        self.n_samples = n_samples
+        self.seed = seed
+        self._entries: dict[int, TaskMC] = {}
+        self._uniforms: dict[int, np.ndarray] = {}
+        self._history_id = -1
+
+    def _u(self, task: TaskState) -> np.ndarray:
+        u = self._uniforms.get(task.task_id)
+        if u is None:
+            rng = np.random.default_rng([self.seed, task.task_id])
+            u = rng.random((self.n_samples, len(task.stages)))
+            self._uniforms[task.task_id] = u
+        return u
+
+    def forget_finished(self, active: Mapping[int, object]) -> None:
+        """Drop cache entries of tasks no longer in ``active`` (bounded memory)."""
+        for tid in [t for t in self._entries if t not in active]:
+            del self._entries[tid]
+            self._uniforms.pop(tid, None)
+
+    def entry(self, snap: Snapshot, task: TaskState,
+              generated: Mapping[tuple[int, str], int] | None = None) -> TaskMC:
+        """The task's sample matrix for its current version (built on a miss).
+
+        ``generated`` maps ``(task_id, stage)`` of running calls to tokens generated so far
+        (a conditioning input); when omitted it is read from ``snap.running``.
+        """
+        if id(snap.history) != self._history_id:  # a new run: nothing cached is valid
+            self._entries.clear()
+            self._uniforms.clear()
+            self._history_id = id(snap.history)
+        e = self._entries.get(task.task_id)
+        if e is not None and e.version == task.version:
+            return e
+        if generated is None:
+            generated = {(r.task_id, r.stage): r.generated_tokens for r in snap.running
+                         if r.task_id == task.task_id}
+        u = self._u(task)
+        names: list[str] = []
+        cols: list[np.ndarray] = []
+        ready: list[int] = []
+        running: list[int] = []
+        stage_cols = {n: k for k, n in enumerate(task.order)}
+        for name in task.order:
+            st = task.stages[name]
+            if st.status == StageStatus.DONE:
+                continue
+            vals = self.residual.stage_residuals(snap, task, st,
+                                                 generated.get((task.task_id, name), 0))
+            m = len(vals)
+            if m == 1:
+                col = np.full(self.n_samples, float(vals[0]))
+            else:
+                col = vals[(u[:, stage_cols[name]] * m).astype(np.int64)]
+            k = len(names)
+            names.append(name)
+            cols.append(col)
+            if st.status == StageStatus.READY:
+                ready.append(k)
+            elif st.status in (StageStatus.RUNNING, StageStatus.TOOL):
+                running.append(k)
+        index = {n: k for k, n in enumerate(names)}
+        deps = [tuple(index[d] for d in task.stages[n].deps if d in index) for n in names]
+        z = np.column_stack(cols) if cols else np.zeros((self.n_samples, 0))
+        e = TaskMC(task.task_id, task.version, names, deps, tuple(ready), tuple(running), z,
+                   snap.time_s)
+        self._entries[task.task_id] = e
+        return e
+
+    def expected_remaining_s(self, snap: Snapshot, task: TaskState) -> float:
+        """``L_i``: expected longest remaining path (s) if every ready stage started now."""
+        return self.entry(snap, task).expected_lp(snap.time_s)
+
+
+_DEFAULT = MonteCarloLP()
+
+
+def expected_remaining_s(snapshot: Snapshot, task_state: TaskState) -> float:
+    """Expected longest remaining path ``L_i = E[LP(G_i, Z_i)]`` of a task, in seconds from
+    ``snapshot.time_s``, assuming its ready stages start now.
+
+    Uses the default :class:`EmpiricalResidual` (history pooled per (agent, stage kind), a
+    cost-model prior until enough history exists) and ``DEFAULT_SAMPLES`` Monte Carlo rows
+    with common random numbers, cached per ``(task_id, version)``.
+    """
+    return _DEFAULT.expected_remaining_s(snapshot, task_state)
