@@ -1,0 +1,185 @@
+"""Continuum: KV time-to-live through tool calls, program-level FCFS (Li et al., 2025).
+
+Continuum ("Efficient and Robust Multi-Turn LLM Agent Scheduling with KV Cache
+Time-to-Live", arXiv 2511.02230) keeps ("pins") the KV of a call that ends in a tool call
+resident for a time-to-live ``tau``, so the next call of the same program skips prefilling
+its context and does not queue again.  ``tau`` maximises
+
+    U(tau) = P(T <= tau) * Benefit  -  Cost(tau)
+
+where ``T`` is the tool-call duration, ``P`` its empirical CDF (Continuum learns per-tool
+histories; cold start assumes an exponential duration), ``Benefit`` the time a kept context
+saves and ``Cost`` the memory the pin occupies.  When the TTL expires the KV is released, so
+an unexpectedly long tool cannot squat on memory; under memory pressure pins are undone
+iteratively.  Requests are ordered program-level FCFS (by task arrival).
+
+Terms here, all in seconds (our choices where the paper's summary is not specific):
+
+* ``Benefit = reload_s + queue_s``: ``reload_s`` -- prefilling the context again after the
+  agent prefix (cost model; this engine has no host tier for contexts); ``queue_s`` -- the
+  mean time the currently waiting requests have waited (the re-queueing a pin avoids).
+* ``Cost(tau) = memory_weight * (tokens / B) * E[min(T, tau)]``: holding ``tokens`` of the
+  KV budget ``B`` for the expected pin time takes that fraction of the engine for that long.
+* Tool durations are observed per (agent, stage kind) as the gap between a call's finish and
+  the next call of its stage becoming ready; with fewer than ``min_samples`` the exponential
+  cold-start model with mean ``cold_mean_s`` is used, under which ``U`` is monotone, so the
+  TTL is either 0 or ``max_ttl_s``.
+* Memory pressure: when the oldest program's request does not fit, pins of younger programs
+  (still in their tool call) are released youngest first.  Prefix residency is the engine
+  default (LRU).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+
+from topas.engine.decision import Decision
+from topas.engine.snapshot import HeldContext, Snapshot, StageStatus
+from topas.policies import register
+from topas.policies.base import AdmissionPlan
+from topas.policies.parrot import task_fcfs_key
+
+
+def best_ttl_s(samples: Sequence[float], benefit_s: float, cost_rate: float,
+               max_ttl_s: float) -> float:
+    """``argmax_tau F(tau) * benefit_s - cost_rate * E[min(T, tau)]`` over the empirical
+    distribution ``samples`` of tool durations (s); 0 when no ``tau`` has positive utility.
+    The maximum lies at a sample point: ``F`` only jumps there and the cost grows between."""
+    xs = sorted(x for x in samples if x <= max_ttl_s)
+    n_all = len(samples)
+    if not xs or n_all == 0:
+        return 0.0
+    best_tau, best_u = 0.0, 0.0
+    below = 0.0  # sum of samples <= tau
+    for i, tau in enumerate(xs):
+        below += tau
+        if i + 1 < len(xs) and xs[i + 1] == tau:
+            continue
+        k = i + 1  # samples <= tau
+        exp_hold = (below + (n_all - k) * tau) / n_all
+        u = k / n_all * benefit_s - cost_rate * exp_hold
+        if u > best_u:
+            best_tau, best_u = tau, u
+    return best_tau
+
+
+@register("continuum", "Continuum: program-level FCFS; keep a call's KV through its tool "
+          "call for a TTL set by reload + queueing saved vs memory held; LRU eviction",
+          source="Continuum (Li et al., arXiv 2511.02230)")
+class Continuum:
+    """Tool-call TTL pinning of contexts with program-level FCFS admission."""
+
+    name = "continuum"
+
+    def __init__(self, seed: int = 0, reserve_ratio: float = 0.5, memory_weight: float = 1.0,
+                 cold_mean_s: float = 1.0, max_ttl_s: float = 30.0, min_samples: int = 3,
+                 window: int = 64, slack_s: float = 0.05) -> None:
+        for name, v in (("memory_weight", memory_weight), ("cold_mean_s", cold_mean_s),
+                        ("max_ttl_s", max_ttl_s), ("slack_s", slack_s)):
+            if v < 0:
+                raise ValueError(f"{name} {v}: must be >= 0")
+        if min_samples < 1 or window < 1:
+            raise ValueError(f"min_samples {min_samples} / window {window}: must be >= 1")
+        self.reserve_ratio = reserve_ratio
+        self.memory_weight = memory_weight
+        self.cold_mean_s = cold_mean_s
+        self.max_ttl_s = max_ttl_s
+        self.min_samples = min_samples
+        self.window = window
+        self.slack_s = slack_s
+        self._run_id = -1
+        self._reset()
+
+    def _reset(self) -> None:
+        #: (task, stage) -> (tool start s, (agent, kind)) for stages now in a tool call
+        self._tool_start: dict[tuple[int, str], tuple[float, tuple[str, str]]] = {}
+        #: (agent, stage kind) -> observed tool durations (s), most recent last
+        self.samples: dict[tuple[str, str], list[float]] = {}
+
+    # -- learning tool durations ----------------------------------------------------------
+    def observe(self, snap: Snapshot) -> None:
+        if id(snap.history) != self._run_id:
+            self._reset()
+            self._run_id = id(snap.history)
+        for key, h in snap.held.items():
+            if key not in self._tool_start and key[0] in snap.tasks:
+                kind = snap.tasks[key[0]].stages[key[1]].kind
+                self._tool_start[key] = (h.since_s, (h.agent, kind))
+        for r in snap.waiting:
+            key = (r.task_id, r.stage)
+            got = self._tool_start.get(key)
+            if got is None or r.round_index == 0 or r.ready_s < got[0]:
+                continue
+            hist = self.samples.setdefault(got[1], [])
+            hist.append(r.ready_s - got[0])
+            if len(hist) > self.window:
+                del hist[0]
+            del self._tool_start[key]
+        if len(self._tool_start) > 4 * max(16, len(snap.tasks)):
+            self._tool_start = {k: v for k, v in self._tool_start.items() if k[0] in snap.tasks}
+
+    # -- the TTL ----------------------------------------------------------------------------
+    def ttl_s(self, snap: Snapshot, h: HeldContext) -> float:
+        """Continuum's ``tau*`` for the context ``h`` (0 means: do not pin)."""
+        prefix = snap.prefixes[h.agent].tokens
+        reload_s = snap.cost.prefill_time(h.tokens, prefix) if h.tokens > 0 else 0.0
+        now = snap.time_s
+        queue_s = (sum(now - r.ready_s for r in snap.waiting) / len(snap.waiting)
+                   if snap.waiting else 0.0)
+        benefit_s = reload_s + queue_s
+        cost_rate = self.memory_weight * h.tokens / snap.kv_budget_tokens
+        task = snap.tasks.get(h.task_id)
+        kind = task.stages[h.stage].kind if task is not None else ""
+        xs = self.samples.get((h.agent, kind), ())
+        if len(xs) >= self.min_samples:
+            return best_ttl_s(xs, benefit_s, cost_rate, self.max_ttl_s)
+        # cold start, T ~ Exp(mean m): U(tau) = (1 - e^{-tau/m}) (Benefit - cost_rate * m)
+        return self.max_ttl_s if benefit_s > cost_rate * self.cold_mean_s else 0.0
+
+    # -- the decision -----------------------------------------------------------------------
+    def decide(self, snap: Snapshot) -> Decision:
+        self.observe(snap)
+        now = snap.time_s
+        if not snap.waiting and not snap.held:
+            return Decision()
+        plan = AdmissionPlan(snap, self.reserve_ratio)
+
+        def arrival(task_id: int) -> tuple[float, int]:
+            t = snap.tasks.get(task_id)
+            return (t.arrival_s if t is not None else now, task_id)
+
+        # pins: new candidates (just finished calls) in program order, while they fit
+        new_pins: dict[tuple[int, str], tuple[float, int]] = {}
+        for key, h in sorted(snap.held.items(), key=lambda kv: arrival(kv[0][0])):
+            if h.expires_s > now:
+                continue
+            tau = self.ttl_s(snap, h)
+            if tau > 0 and h.tokens <= plan.free:
+                plan.free -= h.tokens
+                new_pins[key] = (now + tau + self.slack_s, h.tokens)
+        # pins that may be undone under pressure: their stage is still in its tool call
+        old_pins = {key: h.tokens for key, h in snap.held.items()
+                    if h.expires_s > now and key[0] in snap.tasks
+                    and snap.tasks[key[0]].stages[key[1]].status == StageStatus.TOOL}
+        release: list[tuple[int, str]] = []
+        for r in sorted(snap.waiting, key=lambda q: task_fcfs_key(snap, q)):
+            if plan.try_admit(r):
+                continue
+            mine = arrival(r.task_id)
+            younger = sorted((k for k in (*new_pins, *old_pins) if arrival(k[0]) > mine),
+                             key=lambda k: arrival(k[0]), reverse=True)
+            admitted = False
+            for k in younger:
+                if k in new_pins:
+                    plan.free += new_pins.pop(k)[1]
+                else:
+                    plan.free += old_pins.pop(k)
+                    release.append(k)
+                if plan.try_admit(r):
+                    admitted = True
+                    break
+            if not admitted:
+                break  # head-of-line blocking, as in FCFS
+        return plan.decision(hold={k: v[0] for k, v in new_pins.items()},
+                             release=tuple(release))
