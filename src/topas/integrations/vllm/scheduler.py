@@ -112,6 +112,18 @@ class TopasScheduler(Scheduler):
         log.info("topas scheduler: policy %s, KV budget %d tokens, block %d", name,
                  self.topas_config.kv_budget_tokens, self.block_size)
 
+    def set_policy(self, name: str, seed: int = 0, **params) -> None:
+        """Swap the policy between runs of an in-process engine (tests, comparisons)."""
+        self.topas_policy = make_policy(name, seed=seed, **params)
+
+    def unpin_all(self) -> None:
+        """Release every prefix pin (e.g. before ``reset_prefix_cache``)."""
+        for agent in list(self._pins):
+            self.unpin(agent, evict=False)
+
+    def pinned_agents(self) -> list[str]:
+        return sorted(self._pins)
+
     # -- time ---------------------------------------------------------------------------------
     def _now(self) -> float:
         return time.time() - self.t0
