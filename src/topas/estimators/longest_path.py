@@ -67,7 +67,8 @@ class TaskMC:
                     ) -> float:
         """``E[LP]`` (seconds from now) when stages ``deferred`` start after ``defer_s``."""
         dkey = tuple(sorted(deferred)) if defer_s > 0 else ()
-        if self._memo_key != now_s:
+        # without running stages the samples do not age, so results stay valid across events
+        if self.running and self._memo_key != now_s:
             self._memo = {}
             self._memo_key = now_s
         key = (dkey, defer_s)
