@@ -192,9 +192,11 @@ class HTTPBackend(_Backend):
 
 def drive(tasks: Sequence[Task], agents: dict[str, Agent], backend: _Backend, *,
           policy: str, seed: int = 0, vocab: int = 4096, profile=None,
-          label: str = "vllm") -> SimResult:
+          label: str = "vllm", run_id: str | None = None) -> SimResult:
     """Execute already-scaled ``tasks`` against ``backend``; returns real JCTs as a SimResult.
     ``profile`` (optional) provides the cost model for the lower bounds."""
+    # task ids and request keys must be unique per engine, which may serve several runs
+    run = run_id or f"{os.getpid()}.{time.time_ns()}"
     t0 = time.time()
     wall0 = time.perf_counter()
     heap: list[tuple[float, int, str]] = []  # (ready wall time, seq, key)
@@ -216,7 +218,7 @@ def drive(tasks: Sequence[Task], agents: dict[str, Agent], backend: _Backend, *,
     def push(task: Task, stage: Stage, k: int, at: float) -> None:
         nonlocal seq
         seq += 1
-        key = f"{task.task_id}:{stage.name}:{k}"
+        key = f"{run}:{task.task_id}:{stage.name}:{k}"
         pend[key] = _Pending(task, stage, k)
         heapq.heappush(heap, (at, seq, key))
 
@@ -239,7 +241,7 @@ def drive(tasks: Sequence[Task], agents: dict[str, Agent], backend: _Backend, *,
                     p.task.task_id, s.name, n, vocab, seed)
             pre = agents[s.agent].prefix_tokens
             prompt = prefix_ids(s.agent, pre, vocab) + stream[:c.prompt_tokens]
-            tag = make_tag(task=p.task.task_id, stage=s.name, agent=s.agent, prefix_tokens=pre,
+            tag = make_tag(task=f"{run}:{p.task.task_id}", stage=s.name, agent=s.agent, prefix_tokens=pre,
                            round_index=p.k, workflow=p.task.workflow, kind=s.template,
                            dag=[(x.name, x.agent, x.template, x.deps) for x in p.task.stages],
                            done=sorted(done_stages[p.task.task_id]),
@@ -311,7 +313,9 @@ def make_llm(model: str, policy: str, *, kv_cache_bytes: int = 32 << 20, seed: i
     from topas.integrations.vllm.tiny_model import MAX_POSITIONS
     # vLLM refuses to start when one max-length request cannot fit the KV cache; 2 KiB/token
     # is the tiny model's mu (bf16), so this is conservative for larger models too.
-    max_len = kw.pop("max_model_len", min(MAX_POSITIONS, kv_cache_bytes // 2048))
+    # (one block is vLLM's null block)
+    max_len = kw.pop("max_model_len",
+                     min(MAX_POSITIONS, (kv_cache_bytes // 2048 // CPU_BLOCK - 1) * CPU_BLOCK))
     return LLM(model, enforce_eager=True, kv_cache_memory_bytes=kv_cache_bytes,
                enable_prefix_caching=True, max_model_len=max_len, seed=seed,
                max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,

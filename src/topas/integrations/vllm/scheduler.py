@@ -40,6 +40,7 @@ import json
 import logging
 import os
 import time
+from dataclasses import replace
 from collections.abc import Iterable
 
 from vllm.v1.core.sched.scheduler import Scheduler
@@ -91,7 +92,7 @@ class TopasScheduler(Scheduler):
         n_blocks = self.kv_cache_manager.block_pool.num_gpu_blocks
         self.topas_config = EngineConfig(
             kv_budget_tokens=(n_blocks - 1) * self.block_size,  # block 0 is vLLM's null block
-            block_size=self.block_size, max_batch_requests=self.max_num_running_reqs,
+            block_size=self.block_size, max_batch_requests=self.max_num_active_reqs,
             prefill_chunk_tokens=self.max_num_scheduled_tokens, preemption="vllm",
             host_capacity_tokens=0)
         self.t0 = time.time()
@@ -288,6 +289,10 @@ class TopasScheduler(Scheduler):
             if p.location == Location.DEVICE:
                 used += p.tokens
         used += sum(r.kv_tokens for r in running)
+        if self.topas_config.max_batch_requests != self.max_num_active_reqs:
+            # vLLM's admission cap can be changed at run time; policies must see the real one
+            self.topas_config = replace(self.topas_config,
+                                        max_batch_requests=self.max_num_active_reqs)
         return Snapshot(time_s=now, event=event, config=self.topas_config, cost=self.topas_cost,
                         used_kv_tokens=used, prefixes=self._prefixes, running=running,
                         waiting=waiting, tasks=self._tasks, held={}, history=self._history)
