@@ -140,8 +140,8 @@ def test_small_workflow_completes_under_every_policy(engine):
     from topas.policies import list_policies
 
     eng, sched = engine
-    wl, tasks = sample_tasks("toy-chain", 2, 50.0, seed=3)
-    scaled, agents = scale_tasks(tasks, wl.agents, DriveConfig(token_scale=0.1, time_scale=0.05))
+    wl, tasks = sample_tasks("toy-chain", 2, 50.0, seed=3)  # ~1 s per policy
+    scaled, agents = scale_tasks(tasks, wl.agents, DriveConfig(token_scale=0.04, time_scale=0.05))
     n_calls = sum(t.n_calls for t in scaled)
 
     class _Backend(InProcessBackend):

@@ -53,7 +53,8 @@ from topas.engine.snapshot import (EngineConfig, Location, Phase, PrefixState, R
 from topas.integrations.vllm.tags import parse_tag
 from topas.policies import make_policy
 
-log = logging.getLogger("topas.vllm")
+# a child of vLLM's logger, so its handler and level apply (the server log shows our lines)
+log = logging.getLogger("vllm.topas")
 
 UNTAGGED_AGENT = "__untagged__"
 #: profile whose cost model policies see when no calibrated one is named (TOPAS_PROFILE)
