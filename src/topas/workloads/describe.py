@@ -17,7 +17,6 @@ from collections import Counter
 import numpy as np
 
 from topas.engine.cost import DEFAULT_PROFILE, get_profile
-from topas.engine.simulator import task_lower_bound
 from topas.workloads import get_workload
 
 
@@ -26,6 +25,10 @@ def describe_workload(name_or_path: str, profile: str = DEFAULT_PROFILE,
     """Agents and prefix tokens, stages, mean calls and tokens per task, the mean critical
     path on ``profile`` (seconds, :func:`~topas.engine.simulator.task_lower_bound`) and the
     offered load at ``rate`` (tasks/s; the workload's default when None)."""
+    # imported here: the workloads package is auto-imported by the registry, and policies
+    # that read workload metadata must not pull the simulator in with it
+    from topas.engine.simulator import task_lower_bound
+
     wl = get_workload(name_or_path)
     prof = get_profile(profile)
     cost = prof.cost_model()
