@@ -158,3 +158,61 @@ def test_small_workflow_completes_under_every_policy(engine):
         assert len(keys) == n_calls and len(set(keys)) == n_calls, name
         assert all(t.finished_s >= t.arrival_s for t in res.tasks), name
         assert not eng.has_unfinished_requests()
+
+
+def test_snapshot_built_from_tags_and_queues(engine):
+    from topas.engine.snapshot import Phase, StageStatus
+    eng, sched = engine
+    dag = [("plan", "arch", "plan", ()), ("code", "eng", "code", ("plan",)),
+           ("test", "qa", "test", ("code",))]
+    prompt = prefix_ids("eng", 2 * BS, 4096) + stage_stream(1, "code", 300, 4096, 0)
+    _submit(eng, "snap-code", prompt, 4, make_tag(task="snap-t", stage="code", agent="eng",
+                                                  prefix_tokens=2 * BS + 5, round_index=1,
+                                                  dag=dag, done=["plan"]))
+    _submit(eng, "snap-untagged", stage_stream(2, "u", 100, 4096, 0), 4)
+    sched._sync()
+    snap = sched.build_snapshot()
+    assert snap.kv_budget_tokens == sched.topas_config.kv_budget_tokens > 0
+    assert snap.config.block_size == BS and not snap.running
+    by_stage = {r.stage: r for r in snap.waiting}
+    code = by_stage["code"]
+    assert code.phase == Phase.WAITING and code.round_index == 1
+    assert code.prefix_tokens == 2 * BS  # only whole blocks can be shared
+    assert code.prompt_tokens == len(prompt) - 2 * BS
+    task = snap.tasks[code.task_id]
+    assert [task.stages[s].status for s in ("plan", "code", "test")] == [
+        StageStatus.DONE, StageStatus.READY, StageStatus.PENDING]
+    assert task.stages["test"].deps == ("code",) and task.stages["plan"].succs == ("code",)
+    assert by_stage["call"].agent == "__untagged__" and by_stage["call"].task_id != code.task_id
+    assert snap.prefixes["eng"].location == Location.NONE
+    done = _run(eng)
+    assert sorted(done) == ["snap-code", "snap-untagged"]
+    snap = sched.build_snapshot()
+    assert snap.prefixes["eng"].location == Location.DEVICE  # pinned after it was computed
+
+
+def test_cli_subcommands_register(tmp_path):
+    import argparse
+
+    from topas.integrations.vllm.cli import add_arguments
+    ap = argparse.ArgumentParser()
+    add_arguments(ap.add_subparsers(dest="cmd"))
+    a = ap.parse_args(["drive", "--workload", "toy-chain", "--policy", "lpm", "--in-process"])
+    assert a.cmd == "drive" and a.policy == "lpm" and a.in_process and a.fn.__name__ == "cli_drive"
+    a = ap.parse_args(["tiny-model", str(tmp_path / "m"), "--seed", "3"])
+    assert a.fn(a) == 0
+    assert (tmp_path / "m" / "config.json").exists() and (tmp_path / "m" / "tokenizer.json").exists()
+
+
+def test_tiny_model_is_seeded(tmp_path, tiny_model):
+    import hashlib
+    from pathlib import Path
+
+    from topas.integrations.vllm.tiny_model import build_tiny_model
+
+    def digest(p):
+        return [hashlib.sha256((Path(p) / f).read_bytes()).hexdigest()
+                for f in ("model.safetensors", "tokenizer.json")]
+
+    assert digest(build_tiny_model(tmp_path / "same", seed=0)) == digest(tiny_model)
+    assert digest(build_tiny_model(tmp_path / "other", seed=1)) != digest(tiny_model)

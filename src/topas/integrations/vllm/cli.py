@@ -16,7 +16,7 @@ def add_arguments(subparsers) -> None:
                               "(for running the real vLLM engine on CPU)")
     p.add_argument("path", help="output folder")
     p.add_argument("--seed", type=int, default=0)
-    p.set_defaults(func=cli_tiny_model)
+    p.set_defaults(fn=cli_tiny_model, func=cli_tiny_model)
 
     d = subparsers.add_parser("drive", help="run a workload against a real vLLM engine and "
                               "record real JCTs")
@@ -38,7 +38,7 @@ def add_arguments(subparsers) -> None:
     d.add_argument("--kv-cache-mb", type=float, default=32.0)
     d.add_argument("--profile", default="cpu/tiny-llama", help="for the lower bounds")
     d.add_argument("--out", default=None, help="write tasks.csv/requests.csv/summary.json here")
-    d.set_defaults(func=cli_drive)
+    d.set_defaults(fn=cli_drive, func=cli_drive)
 
 
 def cli_tiny_model(args: argparse.Namespace) -> int:
