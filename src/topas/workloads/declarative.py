@@ -50,7 +50,7 @@ import yaml
 
 from topas.workflow.model import Agent, Call, Stage, Task, WorkflowError, agent_table, validate_task
 from topas.workloads import FILE_LOADERS, register
-from topas.workloads.dists import Dist, SpecError, const, parse_dist
+from topas.workloads.dists import Dist, SpecError, parse_dist
 
 BUILTIN_DIR = Path(__file__).with_name("builtin")
 
