@@ -227,8 +227,3 @@ def parse_dist(raw: object, where: str, unit: str) -> Dist:
             ds.append(parse_dist(c["dist"], f"{w}[{i}].dist", unit))
         params = (_weights(ws, len(ws), f"{w}.weight"), tuple(ds))
     return Dist(kind, params, unit, lo, hi)
-
-
-def const(x: float, unit: str) -> Dist:
-    return Dist("const", (float(x),), unit)
-
