@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.fn(args) or 0)
     except (CliError, ValueError, WorkflowError, DecisionError, FileNotFoundError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        err.print(f"[red]topas {args.cmd}: {msg}[/red]", highlight=False)
+        print(f"topas {args.cmd}: {msg}", file=sys.stderr)  # one line, never wrapped
         return 2
     except KeyboardInterrupt:
         err.print("interrupted")
