@@ -43,6 +43,7 @@ import time
 from dataclasses import replace
 from collections.abc import Iterable
 
+from vllm.v1.core.sched.request_queue import SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import RequestStatus
 
@@ -81,6 +82,10 @@ class TopasScheduler(Scheduler):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        if self.policy != SchedulingPolicy.FCFS:
+            # we reorder and park requests in vLLM's FCFS deque; a priority heap cannot be
+            raise ValueError(f"--scheduling-policy {self.policy.value}: TopasScheduler needs "
+                             "vLLM's default 'fcfs' queue (the topas policy does the ordering)")
         name = self.topas_policy_name or os.environ.get("TOPAS_POLICY", "fcfs")
         params = json.loads(os.environ.get("TOPAS_POLICY_PARAMS", "") or "{}")
         seed = int(os.environ.get("TOPAS_POLICY_SEED", "0"))
