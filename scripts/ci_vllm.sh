@@ -9,5 +9,5 @@ VENV="$(bash scripts/install_vllm.sh | tail -n 1)"
 echo "vLLM venv: $VENV"
 export VLLM_ENABLE_V1_MULTIPROCESSING=0
 # the lead's pytest config adds -q; -p no:cacheprovider keeps the CI clone clean
-exec timeout 900 "$VENV/bin/python" -m pytest -m vllm tests/vllm -p no:cacheprovider \
+exec timeout 720 "$VENV/bin/python" -m pytest -m vllm tests/vllm -p no:cacheprovider \
   -o addopts="" -q
