@@ -91,7 +91,9 @@ def brute_force(ctx: _Context) -> float:
                     for c in adm:
                         free -= c.tokens + (0 if c.agent in res else snap.prefixes[c.agent].tokens)
                         res.add(c.agent)
-                    if free < 0 or len(snap.running) - len(base.preempt) + m > ctx.max_batch:
+                    # keeping the running requests is always allowed, even when their
+                    # reservations over-commit the budget; admissions must fit
+                    if (m and free < 0) or len(snap.running) - len(base.preempt) + m > ctx.max_batch:
                         continue
                     # telescoping conditional gains: g_i * (L_i(none) - L_i(H_i)) per task
                     j_admit = 0.0

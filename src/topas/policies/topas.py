@@ -32,7 +32,6 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-import numpy as np
 
 from topas.engine.decision import Decision
 from topas.engine.snapshot import Location, Phase, RequestState, Snapshot, StageStatus
@@ -111,6 +110,12 @@ class Topas:
         self.mc = MonteCarloLP(EmpiricalResidual(), n_samples=n_samples, seed=seed)
         self._lookahead: dict[int, tuple[int, tuple[str, ...]]] = {}
         self._median: tuple[int, float] = (-1, 0.0)
+        #: per task: (version, TaskMC, chain, L_i) -- ``chain``: one ready stage and nothing
+        #: running, so every request's gain is exactly D_t and L_i does not age
+        self._task_info: dict[int, tuple[int, object, bool, float]] = {}
+        #: per agent: ((tokens, on_host, host tier), c_in, c_out) in seconds
+        self._moves: dict[str, tuple[tuple[int, bool, bool], float, float]] = {}
+        self._run_id = -1
         self.last: Choice | None = None  #: the committed choice (for tests and traces)
 
     # ------------------------------------------------------------------ per-decision inputs
@@ -120,10 +125,59 @@ class Topas:
             return self.H_age
         n = sum(len(v) for v in snap.history.values())
         if n != self._median[0]:
-            vals = [r.service_s for recs in snap.history.values() for r in recs[-64:]]
-            med = float(np.median(vals)) if vals else snap.cost.call_time_alone(512, 256)
+            vals = sorted(r.service_s for recs in snap.history.values() for r in recs[-64:])
+            if vals:
+                m = len(vals) // 2
+                med = vals[m] if len(vals) % 2 else (vals[m - 1] + vals[m]) / 2
+            else:
+                med = snap.cost.call_time_alone(512, 256)
             self._median = (n, max(med, 1e-3))
         return self._median[1]
+
+    # ------------------------------------------------------------------ caches between events
+    def _new_run_check(self, snap: Snapshot) -> None:
+        """Drop every cache when a new run starts (a new history object) and forget tasks
+        that finished (bounded memory)."""
+        if id(snap.history) != self._run_id:
+            self._run_id = id(snap.history)
+            self._task_info.clear()
+            self._moves.clear()
+            self._lookahead.clear()
+            self._median = (-1, 0.0)
+        if len(self._task_info) > 2 * len(snap.tasks) + 64:
+            for tid in [t for t in self._task_info if t not in snap.tasks]:
+                del self._task_info[tid]
+            self.mc.forget_finished(snap.tasks)
+
+    def _build_task_info(self, snap: Snapshot, ts, gen) -> tuple[int, object, bool, float]:
+        """The task's Monte Carlo entry for its current version (see ``_task_info``)."""
+        e = self.mc.entry(snap, ts, gen)
+        chain = len(e.ready) == 1 and not e.running
+        info = (ts.version, e, chain, e.expected_lp(snap.time_s) if chain else 0.0)
+        self._task_info[ts.task_id] = info
+        return info
+
+    def _move_costs(self, snap: Snapshot, agents: Iterable[str]
+                    ) -> tuple[dict[str, float], dict[str, float]]:
+        """``c_in(a)``: swap-in time ``mu l_a / B_swap`` with a host copy, else the prefix's
+        prefill time; ``c_out(a)``: swap-out time when evicting needs a transfer (host tier,
+        no host copy yet), else 0.  Seconds; cached per (tokens, host copy, host tier)."""
+        host_tier = snap.config.host_capacity_tokens > 0
+        c_in: dict[str, float] = {}
+        c_out: dict[str, float] = {}
+        cost = snap.cost
+        for a in agents:
+            p = snap.prefixes[a]
+            key = (p.tokens, p.on_host, host_tier)
+            hit = self._moves.get(a)
+            if hit is None or hit[0] != key:
+                cin = cost.swap_time(p.tokens) if p.on_host else (
+                    cost.prefill_time(p.tokens) if p.tokens else 0.0)
+                cout = cost.swap_time(p.tokens) if (host_tier and not p.on_host) else 0.0
+                hit = self._moves[a] = (key, cin, cout)
+            c_in[a] = hit[1]
+            c_out[a] = hit[2]
+        return c_in, c_out
 
     def age_weight(self, snap: Snapshot, arrival_s: float, h_age: float) -> float:
         """``g_i(t) = 1 + rho * log(1 + (t - tau_i) / H_age)``."""
@@ -198,10 +252,18 @@ class Topas:
     def search(self, ctx: "_Context") -> Choice | None:
         agents = sorted(ctx.active)
         if len(agents) <= self.M:
+            # the full set is usually the arg-max: a subset whose Score upper bound is below
+            # it cannot win (nor tie), so it is skipped; the visiting order and hence the
+            # tie-breaks are those of plain enumeration
+            full = ctx.greedypack(frozenset(agents))
+            bar = full.score - 1e-6 if full is not None and ctx._busy(full) else None
             best: Choice | None = None
             for n in range(len(agents) + 1):
                 for sub in itertools.combinations(agents, n):
-                    best = ctx.better(best, ctx.greedypack(frozenset(sub)))
+                    s = frozenset(sub)
+                    if bar is not None and ctx.upper_bound(s) < bar:
+                        continue
+                    best = ctx.better(best, ctx.greedypack(s))
             return best
         return self.hierarchical(ctx, agents)
 
@@ -246,14 +308,21 @@ class Topas:
 
 
 class _Context:
-    """Everything GREEDYPACK needs for one decision, computed once."""
+    """Everything GREEDYPACK needs for one decision, computed once.
+
+    Per-decision cost is what bounds decision time, so everything that survives between
+    events is cached on the policy (:meth:`Topas._task_info`, :meth:`Topas._move_costs`) and
+    only O(running + waiting) cheap lookups remain here.
+    """
 
     def __init__(self, pol: Topas, snap: Snapshot) -> None:
         self.pol = pol
         self.snap = snap
         cost = snap.cost
-        self.plan = AdmissionPlan(snap, pol.reserve_ratio)
+        pol._new_run_check(snap)
+        ratio = pol.reserve_ratio
         out_cache: dict[str, float] = {}
+        rsv_cache: dict[str, int] = {}
 
         def out_mean(agent: str) -> float:
             v = out_cache.get(agent)
@@ -261,74 +330,116 @@ class _Context:
                 v = out_cache[agent] = expected_call_output(snap, agent)
             return v
 
-        self.free0 = self.plan.free
-        self.resident0 = frozenset(a for a, p in snap.prefixes.items()
+        def reserve(r: RequestState) -> int:
+            # AdmissionPlan.reserve: headroom for the expected remaining output (tokens)
+            if ratio <= 0:
+                return 0
+            base = rsv_cache.get(r.agent)
+            if base is None:
+                base = rsv_cache[r.agent] = int(ratio * out_mean(r.agent))
+            return max(0, base - r.generated_tokens)
+
+        running = snap.running
+        prefixes = snap.prefixes
+        self.free0 = snap.free_kv_tokens - sum(reserve(r) for r in running)
+        self.resident0 = frozenset(a for a, p in prefixes.items()
                                    if p.location == Location.DEVICE)
         # a prefix being swapped in or recomputed cannot be evicted this decision
         self.pinned = frozenset(a for a in self.resident0
-                                if snap.prefixes[a].transfer in ("in", "compute"))
+                                if prefixes[a].transfer in ("in", "compute"))
         self.running_by_agent: dict[str, list[RequestState]] = {}
-        for r in snap.running:
+        for r in running:
             self.running_by_agent.setdefault(r.agent, []).append(r)
-        self.active = set(self.resident0) | set(self.running_by_agent)
-        self.active |= {r.agent for r in snap.waiting}
+        waiting_agents = {r.agent for r in snap.waiting}
+        self.active = set(self.resident0) | set(self.running_by_agent) | waiting_agents
         self.defer_s = pol.deferral_s(snap, out_mean)
         h_age = pol.h_age(snap)
-        # J_redo per running request
-        if snap.running:
-            ctx_tok = sum(r.prefix_tokens + r.prompt_tokens + r.generated_tokens
-                          for r in snap.running)
-            t_dec = cost.decode_step_time(len(snap.running), ctx_tok)
-        else:
-            t_dec = 0.0
+        # J_redo and the KV a preemption gives back, per running request
         self.redo: dict[int, float] = {}
-        for r in snap.running:
-            if snap.config.preemption == "vllm":
-                n = r.prompt_tokens + r.generated_tokens
-                self.redo[r.request_id] = cost.prefill_time(n, r.prefix_tokens) if n else 0.0
-            else:
-                self.redo[r.request_id] = t_dec * r.generated_tokens
-        self.release = {r.request_id: r.kv_tokens + self.plan.reserve(r) for r in snap.running}
+        self.release: dict[int, int] = {}
+        if running:
+            ctx_tok = 0
+            for r in running:
+                ctx_tok += r.prefix_tokens + r.prompt_tokens + r.generated_tokens
+            t_dec = cost.decode_step_time(len(running), ctx_tok)
+            vllm = snap.config.preemption == "vllm"
+            for r in running:
+                if vllm:
+                    n = r.prompt_tokens + r.generated_tokens
+                    self.redo[r.request_id] = cost.prefill_time(n, r.prefix_tokens) if n else 0.0
+                else:
+                    self.redo[r.request_id] = t_dec * r.generated_tokens
+                self.release[r.request_id] = r.kv_tokens + reserve(r)
         # prefix move costs (s)
-        host_tier = snap.config.host_capacity_tokens > 0
-        self.c_in: dict[str, float] = {}
-        self.c_out: dict[str, float] = {}
-        for a in self.active:
-            p = snap.prefixes[a]
-            if p.on_host:
-                self.c_in[a] = cost.swap_time(p.tokens)
-            else:
-                self.c_in[a] = cost.prefill_time(p.tokens) if p.tokens else 0.0
-            self.c_out[a] = cost.swap_time(p.tokens) if (host_tier and not p.on_host) else 0.0
+        self.c_in, self.c_out = pol._move_costs(snap, self.active)
         # V_reuse weight per agent: beta * n_a * mu * l_a / B_swap
         self.reuse: dict[str, float] = {}
         if pol.reuse and pol.beta > 0:
             for a, n in pol.lookahead_agents(snap).items():
-                if a in snap.prefixes:
-                    self.reuse[a] = pol.beta * n * cost.swap_time(snap.prefixes[a].tokens)
+                if a in prefixes:
+                    self.reuse[a] = pol.beta * n * cost.swap_time(prefixes[a].tokens)
         # candidates with unconditional aged gains
-        pol.mc.forget_finished(snap.tasks)
-        gen = {(r.task_id, r.stage): r.generated_tokens for r in snap.running}
         self.entries = {}
         self.weights: dict[int, float] = {}
         cands: list[_Cand] = []
         self.by_task: dict[int, list[_Cand]] = {}
+        held = snap.held
+        now = snap.time_s
+        blocks = snap.blocks
+        tasks = snap.tasks
+        gen = None
+        task_info = pol._task_info
+        aged = pol.aging and pol.rho != 0
         for r in snap.waiting:
-            ts = snap.tasks[r.task_id]
-            e = self.entries.get(r.task_id)
-            if e is None:
-                e = self.entries[r.task_id] = pol.mc.entry(snap, ts, gen)
-                self.weights[r.task_id] = pol.age_weight(snap, ts.arrival_s, h_age)
-            w = self.weights[r.task_id]
-            delta, l_now = self.delta(e, r.stage, ())
-            c = _Cand(r, self.plan.request_tokens(r) + self.plan.reserve(r), w * delta, l_now, w)
+            tid = r.task_id
+            info = task_info.get(tid)
+            ts = tasks[tid]
+            if info is None or info[0] != ts.version:
+                if gen is None:
+                    gen = {(q.task_id, q.stage): q.generated_tokens for q in running}
+                info = pol._build_task_info(snap, ts, gen)
+            e = info[1]
+            w = self.weights.get(tid)
+            if w is None:
+                self.entries[tid] = e
+                # g_i(t) (see Topas.age_weight)
+                w = self.weights[tid] = (1.0 + pol.rho * math.log1p(
+                    max(0.0, now - ts.arrival_s) / h_age)) if aged else 1.0
+            if info[2]:
+                # the only ready stage, nothing running: deferring shifts every path by D_t
+                delta, l_now = self.defer_s, info[3]
+            else:
+                delta, l_now = self.delta(e, r.stage, ())
+            tokens = blocks(r.prompt_tokens + r.generated_tokens)
+            if held:
+                h = held.get((tid, r.stage))
+                if h is not None and h.expires_s > now:
+                    tokens -= h.tokens
+            c = _Cand(r, tokens + reserve(r), w * delta, l_now, w)
             cands.append(c)
-            self.by_task.setdefault(r.task_id, []).append(c)
+            self.by_task.setdefault(tid, []).append(c)
         # highest gain first; ties: shorter expected remaining path, then oldest
         cands.sort(key=lambda c: (-c.gain, c.l_i, c.req.seq))
         self.cands = cands
         self.multi = {t for t, cs in self.by_task.items() if len(cs) > 1}
         self.max_batch = snap.config.max_batch_requests
+        # smallest KV need of a positive-gain candidate per agent (tokens, prefix excluded):
+        # a prefix set whose free budget is below every such need admits nothing
+        self.min_need: dict[str, int] = {}
+        for c in cands:
+            if c.gain > 0 or c.task_id in self.multi:
+                m = self.min_need.get(c.agent)
+                if m is None or c.tokens < m:
+                    self.min_need[c.agent] = c.tokens
+        self.fixed = self.resident0 | set(self.running_by_agent)
+        # the K largest positive gains per agent (cands are sorted by gain), for upper_bound
+        self.top_gains: dict[str, list[float]] = {}
+        for c in cands:
+            if c.gain > 0:
+                lst = self.top_gains.setdefault(c.agent, [])
+                if len(lst) < pol.K:
+                    lst.append(c.gain)
+        self._memo: dict[tuple, Choice | None] = {}
 
     def delta(self, e, stage: str, admitted: tuple[str, ...]) -> tuple[float, float]:
         """``Delta(r | H) = L_i(H) - L_i(H + {r})`` and ``L_i(H + {r})`` (seconds)."""
@@ -363,19 +474,82 @@ class _Context:
         """GREEDYPACK(R): the post-decision state for the prefix set ``allowed``."""
         pol, snap = self.pol, self.snap
         allowed = allowed | self.pinned
-        preempt: list[int] = []
-        free = self.free0
+        # agents that are resident or running fix preemptions, evictions and the free budget;
+        # any other agent matters only if one of its candidates can fit, so prefix sets that
+        # differ only by agents that cannot admit anything give the same state (memoised)
+        core = allowed & self.fixed
+        hit = self._memo.get((core, None))
+        if hit is None:
+            preempt: list[int] = []
+            free = self.free0
+            for a, rs in self.running_by_agent.items():
+                if a not in allowed:
+                    for r in rs:
+                        preempt.append(r.request_id)
+                        free += self.release[r.request_id]
+            if len(preempt) > pol.K:
+                self._memo[(core, None)] = (None,)
+                return None
+            evict = [a for a in self.resident0 if a not in allowed]
+            for a in evict:
+                free += snap.prefixes[a].tokens
+            hit = self._memo[(core, None)] = (preempt, evict, free)
+        if hit[0] is None:
+            return None
+        preempt, evict, free0 = hit
+        min_need = self.min_need
+        prefixes = snap.prefixes
+        useful = frozenset(a for a in allowed if a in min_need and min_need[a] + (
+            0 if a in core else prefixes[a].tokens) <= free0)
+        key = (core, useful)
+        if key in self._memo:
+            return self._memo[key]
+        choice = self._pack(useful, core, list(preempt), evict, free0)
+        self._memo[key] = choice
+        return choice
+
+    def upper_bound(self, allowed: frozenset[str]) -> float:
+        """An upper bound (s) on the Score of any state GREEDYPACK can reach with prefix set
+        ``allowed``: the ``K`` largest unconditional gains of its agents, all their reuse
+        value, minus the redo and revoke of the preemptions the set forces (moves >= 0).
+        Conditional gains of tasks with several ready requests can exceed their
+        unconditional ones, so with such tasks the bound is infinite."""
+        if self.multi:
+            return math.inf
+        allowed = allowed | self.pinned
+        pol = self.pol
+        lost = 0.0
+        n_pre = 0
         for a, rs in self.running_by_agent.items():
             if a not in allowed:
                 for r in rs:
-                    preempt.append(r.request_id)
-                    free += self.release[r.request_id]
-        if len(preempt) > pol.K:
-            return None
-        evict = [a for a in self.resident0 if a not in allowed]
-        for a in evict:
-            free += snap.prefixes[a].tokens
-        resident = set(self.resident0 & allowed)
+                    n_pre += 1
+                    if pol.use_redo:
+                        lost += self.redo[r.request_id]
+                    if pol.use_revoke:
+                        lost += r.credit_s
+        if n_pre > pol.K:
+            return -math.inf
+        gains: list[float] = []
+        for a in allowed:
+            g = self.top_gains.get(a)
+            if g:
+                gains.extend(g)
+        if len(gains) > pol.K:
+            gains.sort(reverse=True)
+            del gains[pol.K:]
+        return sum(gains) + sum(self.reuse.get(a, 0.0) for a in allowed) - lost
+
+    def _pack(self, allowed: frozenset[str], core: frozenset[str], preempt: list[int],
+              evict: list[str], free: int) -> Choice:
+        """GREEDYPACK's admission loop and Score for the agents ``allowed`` to admit, after
+        the preemptions and evictions fixed by the prefix set."""
+        pol, snap = self.pol, self.snap
+        resident = set(self.resident0 & core)
+        if not allowed:
+            return self._score([], preempt, evict, resident, 0.0, [], set())
+        # nothing smaller than this can be admitted (need >= tokens), so stop below it
+        floor = min(self.min_need[a] for a in allowed)
         batch = len(snap.running) - len(preempt)
         admitted: list[int] = []
         done: set[int] = set()
@@ -407,6 +581,8 @@ class _Context:
             j_admit += g
             new_prefix = c.agent not in resident
             resident.add(c.agent)
+            if free < floor:
+                break  # nothing else fits (every need >= its tokens >= floor)
             if c.task_id in self.multi:
                 # later requests of this task get their gain conditional on this admission
                 hs = task_stages.setdefault(c.task_id, [])
@@ -425,7 +601,13 @@ class _Context:
             elif new_prefix:
                 i = 0  # requests of this agent skipped before may fit now
                 order = [x for x in order if x.req.request_id not in done]
-        # Score terms (seconds)
+        return self._score(admitted, preempt, evict, resident, j_admit, credit, done)
+
+    def _score(self, admitted: list[int], preempt: list[int], evict: list[str],
+               resident: set[str], j_admit: float, credit: list[tuple[int, float]],
+               done: set[int]) -> Choice:
+        """The Score terms (seconds) of a packed state."""
+        pol, snap = self.pol, self.snap
         r_in = resident - self.resident0
         t_in = {c.task_id for c in self.cands if c.agent in r_in and c.req.request_id in done}
         j_move = 0.0
