@@ -299,6 +299,12 @@ def _react_run(policy: str, tool_s: float, **params):
     held_at_return = []
 
     def watch(s: Snapshot, d: Decision) -> None:
+        # every KV token in use belongs to a resident prefix, a running call or a live pin
+        # (an expired pin must give its memory back)
+        live = sum(p.tokens for p in s.prefixes.values() if p.location == Location.DEVICE)
+        live += sum(r.kv_tokens for r in s.running)
+        live += sum(h.tokens for h in s.held.values() if h.expires_s > s.time_s)
+        assert s.used_kv_tokens == live
         for r in s.waiting:
             if r.round_index > 0:
                 h = s.held.get((r.task_id, r.stage))
