@@ -123,3 +123,26 @@ def test_move_cost_prefers_the_resident_agent_when_gains_tie():
 def test_admission_records_the_granted_credit():
     dec, ch = decide("topas", move_state())
     assert set(dec.credit) == set(dec.admit) and all(v > 0 for v in dec.credit.values())
+
+
+# -- complementary ready stages (work conservation) ------------------------------------------
+def diamond_state():
+    """A diamond a -> {b, c} -> d after ``a`` finished: ``b`` and ``c`` have identical
+    residuals, so starting either one alone leaves the join waiting on the other (marginal
+    gain 0), while starting both gains D_t.  The engine is idle."""
+    hist = {("B", "b"): history("B", "b", [20.0] * 8), ("C", "c"): history("C", "c", [20.0] * 8)}
+    t = make_task(1, {"a": ("A", (), S.DONE), "b": ("B", ("a",), S.READY),
+                      "c": ("C", ("a",), S.READY), "d": ("D", ("b", "c"), S.PENDING)})
+    rb = make_request(1, t, "b", 1000, 4000)
+    rc = make_request(2, t, "c", 1000, 4000)
+    prefixes = [make_prefix("B", 4000, True), make_prefix("C", 4000, False)]
+    return make_snapshot(time_s=100.0, prefixes=prefixes, waiting=[rb, rc], tasks=[t], hist=hist)
+
+
+def test_complementary_ready_stages_are_both_started_on_an_idle_engine():
+    dec, ch = decide("topas", diamond_state())
+    assert sorted(dec.admit) == [1, 2]
+    # without the joint share and the work-conserving floor the spec's marginal gains are 0
+    # and the engine would stay idle (the simulator reports a stall)
+    dec, ch = decide("topas", diamond_state(), joint_gain=False, min_gain_s=0.0)
+    assert dec.admit == ()

@@ -95,7 +95,7 @@ def brute_force(ctx: _Context) -> float:
                     # reservations over-commit the budget; admissions must fit
                     if (m and free < 0) or len(snap.running) - len(base.preempt) + m > ctx.max_batch:
                         continue
-                    # telescoping conditional gains: g_i * (L_i(none) - L_i(H_i)) per task
+                    # conditional gains in admission order, as GREEDYPACK credits them
                     j_admit = 0.0
                     by_task = {}
                     for c in adm:
@@ -103,8 +103,7 @@ def brute_force(ctx: _Context) -> float:
                     for tid, cs in by_task.items():
                         hs: list[str] = []
                         for c in cs:
-                            d, _ = ctx.delta(ctx.entries[tid], c.stage, tuple(hs))
-                            j_admit += c.age_w * d
+                            j_admit += ctx.cond_gain(c, tuple(hs))
                             hs.append(c.stage)
                     r_in = res - ctx.resident0
                     t_in = {c.task_id for c in adm if c.agent in r_in}

@@ -40,7 +40,7 @@ from topas.policies import register
 from topas.policies.base import AdmissionPlan, expected_call_output
 
 #: defaults chosen by benchmarks/sweep_topas.py (see docs/topas.md)
-DEFAULTS = dict(M=6, K=8, beta=1.0, rho=1.0, H_age=None)
+DEFAULTS = dict(M=6, K=8, beta=1.0, rho=1.0, H_age=None, min_gain_s=1e-3, joint_gain=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,13 +94,18 @@ class Topas:
                  H_age: float | None = DEFAULTS["H_age"], n_samples: int = 64,
                  reserve_ratio: float = 0.5, reuse: bool = True, aging: bool = True,
                  move: bool = True, redo: bool = True, revoke: bool = True,
-                 name: str = "topas") -> None:
+                 min_gain_s: float = DEFAULTS["min_gain_s"],
+                 joint_gain: bool = DEFAULTS["joint_gain"], name: str = "topas") -> None:
         if M < 0 or K < 1:
             raise ValueError(f"topas: M={M} must be >= 0 and K={K} >= 1")
         if beta < 0 or rho < 0:
             raise ValueError(f"topas: beta={beta} and rho={rho} must be >= 0")
         if H_age is not None and not H_age > 0:
             raise ValueError(f"topas: H_age={H_age} must be > 0 seconds or None")
+        if min_gain_s < 0:
+            raise ValueError(f"topas: min_gain_s={min_gain_s} must be >= 0 seconds")
+        self.min_gain_s = min_gain_s
+        self.joint_gain = joint_gain
         self.name = name
         self.M, self.K, self.beta, self.rho, self.H_age = M, K, beta, rho, H_age
         self.reserve_ratio = reserve_ratio
@@ -388,6 +393,7 @@ class _Context:
         blocks = snap.blocks
         tasks = snap.tasks
         gen = None
+        floor = pol.min_gain_s
         task_info = pol._task_info
         aged = pol.aging and pol.rho != 0
         for r in snap.waiting:
@@ -415,13 +421,23 @@ class _Context:
                 h = held.get((tid, r.stage))
                 if h is not None and h.expires_s > now:
                     tokens -= h.tokens
-            c = _Cand(r, tokens + reserve(r), w * delta, l_now, w)
+            c = _Cand(r, tokens + reserve(r), max(w * delta, floor), l_now, w)
             cands.append(c)
             self.by_task.setdefault(tid, []).append(c)
+        self.multi = {t for t, cs in self.by_task.items() if len(cs) > 1}
+        if pol.joint_gain:
+            for t in self.multi:
+                # complementary ready stages (e.g. both branches before a join): each one's
+                # marginal gain can be ~0 while starting all of them gains D_t, so the first
+                # admission of such a task is valued at its share of the joint gain
+                e = self.entries[t]
+                cs = self.by_task[t]
+                share = self.joint_share(e, len(cs))
+                for c in cs:
+                    c.gain = max(c.gain, c.age_w * share)
         # highest gain first; ties: shorter expected remaining path, then oldest
         cands.sort(key=lambda c: (-c.gain, c.l_i, c.req.seq))
         self.cands = cands
-        self.multi = {t for t, cs in self.by_task.items() if len(cs) > 1}
         self.max_batch = snap.config.max_batch_requests
         # smallest KV need of a positive-gain candidate per agent (tokens, prefix excluded):
         # a prefix set whose free budget is below every such need admits nothing
@@ -440,6 +456,22 @@ class _Context:
                 if len(lst) < pol.K:
                     lst.append(c.gain)
         self._memo: dict[tuple, Choice | None] = {}
+
+    def joint_share(self, e, n_ready: int) -> float:
+        """``(L_i(none started) - L_i(all ready started)) / n``: a task's gain from starting all
+        of its ``n`` ready stages now, shared equally (seconds)."""
+        now = self.snap.time_s
+        l_none = e.expected_lp(now, list(e.ready), self.defer_s)
+        l_all = e.expected_lp(now)
+        return max(0.0, l_none - l_all) / max(1, n_ready)
+
+    def cond_gain(self, c: "_Cand", admitted: tuple[str, ...]) -> float:
+        """Aged gain of ``c`` given the stages of its task admitted before it in this decision
+        (``g_i * Delta(r | H_i)``, floored at ``min_gain_s``; see ``_Context.__init__``)."""
+        if not admitted:
+            return c.gain
+        d, _ = self.delta(self.entries[c.task_id], c.stage, admitted)
+        return max(c.age_w * d, self.pol.min_gain_s)
 
     def delta(self, e, stage: str, admitted: tuple[str, ...]) -> tuple[float, float]:
         """``Delta(r | H) = L_i(H) - L_i(H + {r})`` and ``L_i(H + {r})`` (seconds)."""
@@ -589,11 +621,9 @@ class _Context:
                 hs.append(c.stage)
                 if gains is None:
                     gains = {}
-                e = self.entries[c.task_id]
                 for o in self.by_task[c.task_id]:
                     if o.req.request_id not in done:
-                        d, _ = self.delta(e, o.stage, tuple(hs))
-                        gains[o.req.request_id] = o.age_w * d
+                        gains[o.req.request_id] = self.cond_gain(o, tuple(hs))
                 order = sorted((x for x in cands if x.req.request_id not in done),
                                key=lambda x: (-gains.get(x.req.request_id, x.gain), x.l_i,
                                               x.req.seq))
