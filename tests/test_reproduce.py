@@ -165,6 +165,8 @@ def test_end_to_end_tiny_writes_report_atomically_and_resumes(tmp_path, monkeypa
 
     monkeypatch.setattr(plots_mod.os, "replace", spy)
 
+    # other engineers may edit sources while this runs: pin the code version
+    monkeypatch.setattr(R, "code_version", lambda: "v1")
     cfg = R.Config(**TINY)
     out = tmp_path / "rep"
     res, files = rep.reproduce(cfg, out, jobs=1, progress=False, command="topas reproduce t")
@@ -199,6 +201,14 @@ def test_end_to_end_tiny_writes_report_atomically_and_resumes(tmp_path, monkeypa
     monkeypatch.setattr(R, "run_job", boom)
     res2, _ = rep.reproduce(cfg, out, jobs=1, progress=False, command="topas reproduce t")
     assert set(res2.results) == set(res.results)
+    # report-only rebuilds from the cache of the last computing run, even after a code change
+    monkeypatch.setattr(R, "code_version", lambda: "changed")
+    res3, _ = rep.reproduce(cfg, out, jobs=1, progress=False, command="topas reproduce t",
+                            report_only=True)
+    assert res3.version == res.version and set(res3.results) == set(res.results)
+    assert f"code version `{res.version}`" in (out / "results.md").read_text()
+    with pytest.raises(ValueError, match="no run that computed"):
+        rep.reproduce(cfg, tmp_path / "empty", jobs=1, progress=False, report_only=True)
 
 
 def test_missing_cache_entry_is_rerun(tmp_path):

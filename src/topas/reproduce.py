@@ -271,9 +271,13 @@ def _job_cost(j: Job) -> float:
 
 def run_jobs(jobs: Sequence[Job], cache_dir: Path, n_workers: int | None = None,
              progress: bool = True,
-             on_done: Callable[[Job, dict], None] | None = None) -> dict[Job, dict]:
+             on_done: Callable[[Job, dict], None] | None = None,
+             version: str | None = None, run_missing: bool = True) -> dict[Job, dict]:
     """Run every job not in ``cache_dir`` (``n_workers`` processes; 1 = in this process) and
-    return all results.  Results are written as they finish, so an interrupted run resumes."""
+    return all results.  Results are written as they finish, so an interrupted run resumes.
+
+    ``version``: the code version of the cache keys (default: :func:`code_version` now).
+    ``run_missing=False`` (report-only mode): run nothing; a missing result is an error."""
     cache_dir = Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
     ignore = cache_dir / ".gitignore"
@@ -285,7 +289,8 @@ def run_jobs(jobs: Sequence[Job], cache_dir: Path, n_workers: int | None = None,
     from topas.policies import list_policies
 
     list_policies()
-    version = code_version()
+    report_only = not run_missing
+    version = version or code_version()
     results: dict[Job, dict] = {}
     todo: list[Job] = []
     for j in jobs:
@@ -294,6 +299,9 @@ def run_jobs(jobs: Sequence[Job], cache_dir: Path, n_workers: int | None = None,
             results[j] = hit
         else:
             todo.append(j)
+    if report_only and todo:
+        raise ValueError(f"cache {cache_dir}: {len(todo)} of {len(jobs)} results of code "
+                         f"version {version} are missing (first: {todo[0].key(version)})")
     todo.sort(key=_job_cost, reverse=True)
     workers = n_workers if n_workers is not None else (os.cpu_count() or 1)
     if workers < 1:
