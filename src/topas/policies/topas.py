@@ -40,7 +40,7 @@ from topas.policies import register
 from topas.policies.base import AdmissionPlan, expected_call_output
 
 #: defaults chosen by benchmarks/sweep_topas.py (see docs/topas.md)
-DEFAULTS = dict(M=6, K=8, beta=1.0, rho=1.0, H_age=None, min_gain_s=1e-3, joint_gain=True)
+DEFAULTS = dict(M=6, K=2, beta=10.0, rho=0.25, H_age=None, min_gain_s=1e-3, joint_gain=True)
 
 
 @dataclass(frozen=True, slots=True)
