@@ -207,7 +207,7 @@ def test_end_to_end_tiny_writes_report_atomically_and_resumes(tmp_path, monkeypa
                             report_only=True)
     assert res3.version == res.version and set(res3.results) == set(res.results)
     assert f"code version `{res.version}`" in (out / "results.md").read_text()
-    with pytest.raises(ValueError, match="no run that computed"):
+    with pytest.raises(ValueError, match="no cached run that computed"):
         rep.reproduce(cfg, tmp_path / "empty", jobs=1, progress=False, report_only=True)
 
 

@@ -797,10 +797,17 @@ def reproduce(cfg, out_dir: Path, jobs: int | None = None, progress: bool = True
     except (OSError, ValueError):
         log = []
     if report_only:
-        computed = [e for e in log if e["runs_computed"] > 0]
-        if not computed:
-            raise ValueError(f"--report-only: {log_path} records no run that computed results")
-        version = computed[-1]["version"]
+        # the code version with the most cached results of this plan
+        keys = {j.key("") for j in pl.all_jobs()}
+        count: dict[str, int] = {}
+        for f in (cache.glob("*.json") if cache.exists() else []):
+            stem, _, ver = f.stem.rpartition("__")
+            if f"{stem}__" in keys:
+                count[ver] = count.get(ver, 0) + 1
+        if not count:
+            raise ValueError(f"--report-only: {cache} holds no cached run that computed "
+                             "results for this configuration")
+        version = max(sorted(count), key=lambda v: count[v])
     else:
         # load the simulator and every policy first, then hash: the workers fork from here
         import topas.api  # noqa: F401
@@ -822,7 +829,9 @@ def reproduce(cfg, out_dir: Path, jobs: int | None = None, progress: bool = True
                 "runs_computed": ran, "runs_total": len(results), "wall_s": rep.wall_s,
                 "date": time.strftime("%Y-%m-%d %H:%M")})
     atomic_write_text(log_path, json.dumps(log, indent=1) + "\n")
-    rep.invocations = [e for e in log if e["version"] == rep.version]
+    # the invocations of this code version (all of them if the log's versions disagree, as
+    # when a file changed between the hash and the log entry)
+    rep.invocations = [e for e in log if e["version"] == rep.version] or log
     return rep, write_report(rep, out_dir)
 
 
