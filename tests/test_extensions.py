@@ -67,3 +67,83 @@ def test_srpt_ca_charges_a_host_copy_only_the_swap_in():
 def test_srpt_ca_rejects_a_negative_weight():
     with pytest.raises(ValueError, match="switch_weight"):
         make_policy("srpt-ca", seed=0, switch_weight=-1)
+
+
+# -- topas-hold ------------------------------------------------------------------------------
+def react_run(policy: str, tool_s: float, rounds: int = 3, budget: int | None = None, **params):
+    """One ReAct stage of ``rounds`` calls with ``tool_s`` tool calls between them.  Returns,
+    per call after the first, whether its context was still held when it became ready, and
+    the run's result.  Checks on every decision that every used KV token is a prefix, a
+    running call or a live held context."""
+    from topas.engine.cost import DEFAULT_PROFILE, get_profile
+    from topas.engine.simulator import Simulator
+    from topas.engine.snapshot import Location
+    from topas.workflow.model import Agent, Call, Stage, Task
+
+    agents = {"w": Agent("w", 1000)}
+    calls = tuple(Call(3000 + 200 * k, 40, tool_s if k < rounds - 1 else 0.0)
+                  for k in range(rounds))
+    tasks = [Task(0, 0.0, (Stage("s", "w", calls),))]
+    held_at_return = []
+
+    def watch(s, d) -> None:
+        live = sum(p.tokens for p in s.prefixes.values() if p.location == Location.DEVICE)
+        live += sum(r.kv_tokens for r in s.running)
+        live += sum(h.tokens for h in s.held.values() if h.expires_s > s.time_s)
+        assert s.used_kv_tokens == live
+        for r in s.waiting:
+            if r.round_index > 0:
+                h = s.held.get((r.task_id, r.stage))
+                held_at_return.append(h is not None and h.expires_s > s.time_s)
+
+    res = Simulator(tasks, agents, get_profile(DEFAULT_PROFILE),
+                    make_policy(policy, seed=0, **params), on_decision=watch,
+                    kv_budget_tokens=budget).run()
+    return held_at_return, res
+
+
+def test_topas_hold_keeps_the_context_through_a_short_tool_call():
+    held, res = react_run("topas-hold", 0.3)
+    base_held, base = react_run("topas", 0.3)
+    assert held == [True, True] and base_held == [False, False]
+    # the kept context is not prefilled again, and the task finishes sooner
+    assert res.counters.prefill_tokens < base.counters.prefill_tokens
+    assert res.tasks[0].jct_s < base.tasks[0].jct_s
+
+
+def test_topas_hold_lets_a_long_tool_call_expire():
+    held, res = react_run("topas-hold", 100.0)  # beyond max_ttl_s = 30 s
+    _, base = react_run("topas", 100.0)
+    assert held == [False, False]
+    assert res.counters.prefill_tokens == base.counters.prefill_tokens
+
+
+def test_topas_hold_stops_holding_once_it_learns_tools_are_long():
+    # 20 s tools (within max_ttl_s) on a small budget: holding ~3k of 12k tokens for 20 s
+    # costs more than the ~1 s reload saves, which the policy learns after min_samples
+    held, _ = react_run("topas-hold", 20.0, rounds=6, budget=12000)
+    assert held[:3] == [True, True, True]  # cold start: exponential model says hold
+    assert held[3:] == [False, False]
+    held, _ = react_run("topas-hold", 0.3, rounds=6, budget=12000)
+    assert held == [True] * 5
+
+
+def test_topas_hold_releases_a_younger_tasks_context_for_an_older_blocked_request():
+    import dataclasses
+
+    from topas.engine.snapshot import HeldContext
+
+    old = make_task(1, {"s": ("x", (), S.READY)}, arrival_s=0.0)
+    young = make_task(2, {"s": ("x", (), S.TOOL)}, arrival_s=5.0)
+    h = HeldContext(2, "s", "x", 3000, since_s=6.0, expires_s=20.0)
+    r = make_request(1, old, "s", 3000, 1000, ready_s=7.0)
+    s = make_snapshot(time_s=8.0, budget=6000, prefixes=[make_prefix("x", 1000, True)],
+                      waiting=[r], tasks=[old, young], held={(2, "s"): h})
+    s = dataclasses.replace(s, used_kv_tokens=1000 + 3000)  # the live context counts
+    assert make_policy("topas", seed=0, reserve_ratio=0).decide(s).admit == ()
+    d = make_policy("topas-hold", seed=0, reserve_ratio=0).decide(s)
+    assert d.release == ((2, "s"),) and d.admit == (1,) and d.credit[1] == 0.0
+    # with room for both, nothing is released
+    s2 = dataclasses.replace(s, config=dataclasses.replace(s.config, kv_budget_tokens=9000))
+    d2 = make_policy("topas-hold", seed=0, reserve_ratio=0).decide(s2)
+    assert d2.release == () and d2.admit == (1,)

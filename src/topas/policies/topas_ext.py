@@ -1,0 +1,163 @@
+"""TOPAS-hold: TOPAS plus context reuse through tool calls (our extension, docs/extensions.md).
+
+TOPAS as the paper describes it never keeps a ReAct call's context KV while its stage waits
+on a tool, so the next call re-prefills it; Continuum does keep it (``Decision.hold``) and wins
+on the MetaGPT workloads.  ``topas-hold`` takes TOPAS's decision unchanged and adds:
+
+* **Hold.**  For each context offered this event (``snapshot.held`` entries with
+  ``expires_s <= time_s``: a call just finished into a tool call) choose a TTL ``tau`` that
+  maximises Continuum's utility ``P(T <= tau) * reload_s - (h / B) * w * E[min(T, tau)]``
+  (:func:`topas.policies.continuum.best_ttl_s`), where ``T`` is the tool duration,
+  ``reload_s`` the prefill time of the context's ``h`` tokens after the agent prefix
+  (``snapshot.cost.prefill_time``), ``B`` the KV budget and ``w`` = ``memory_weight``.  So a
+  context is held when the expected tool delay is short relative to re-prefilling it.  Tool
+  durations are learned online exactly as Continuum learns them (its ``observe``; the gap
+  between a call's finish and the next call of its stage becoming ready), with Continuum's
+  exponential cold-start model until ``min_samples`` exist.  **Choice**: unlike Continuum,
+  the benefit has no queueing term -- TOPAS's own admission decides when the next call runs.
+* **Fit.**  A held context must fit the free KV after TOPAS's decision (its preemptions,
+  evictions and admissions), with every running and admitted request keeping the same
+  output reservation as everywhere else (:func:`topas.policies.base.output_reserve` through
+  :class:`~topas.policies.base.AdmissionPlan`).  Contexts are considered oldest task first.
+* **Release.**  When the oldest waiting request that TOPAS did not admit does not fit for lack
+  of memory, and releasing live held contexts of *younger* tasks (youngest first) makes it
+  fit, they are released and that request is admitted in the same decision (credit 0: TOPAS
+  granted it no gain).  No new context of a task younger than that request is held.
+
+TOPAS's parameters pass through unchanged; ``memory_weight``, ``cold_mean_s``, ``max_ttl_s``,
+``min_samples``, ``slack_s`` are Continuum's.
+"""
+
+from __future__ import annotations
+
+from topas.engine.decision import Decision
+from topas.engine.snapshot import RequestState, Snapshot, StageStatus
+from topas.policies import register
+from topas.policies.base import AdmissionPlan
+from topas.policies.continuum import Continuum, best_ttl_s
+from topas.policies.topas import Topas
+
+
+class TopasHold(Topas):
+    """TOPAS whose decision is extended with context holds and pressure releases."""
+
+    def __init__(self, seed: int = 0, memory_weight: float = 1.0, cold_mean_s: float = 1.0,
+                 max_ttl_s: float = 30.0, min_samples: int = 3, slack_s: float = 0.05,
+                 name: str = "topas-hold", **params) -> None:
+        super().__init__(seed=seed, name=name, **params)
+        # the tool-duration learner (and its parameter checks) is Continuum's
+        self.tools = Continuum(seed=seed, memory_weight=memory_weight, cold_mean_s=cold_mean_s,
+                               max_ttl_s=max_ttl_s, min_samples=min_samples, slack_s=slack_s)
+
+    # -- the TTL ----------------------------------------------------------------------------
+    def ttl_s(self, snap: Snapshot, key: tuple[int, str]) -> float:
+        """TTL (s) to hold the offered context ``key``; 0 means do not hold."""
+        h = snap.held[key]
+        tools = self.tools
+        prefix = snap.prefixes[h.agent].tokens
+        reload_s = snap.cost.prefill_time(h.tokens, prefix) if h.tokens > 0 else 0.0
+        cost_rate = tools.memory_weight * h.tokens / snap.kv_budget_tokens
+        task = snap.tasks.get(h.task_id)
+        kind = task.stages[h.stage].kind if task is not None else ""
+        xs = tools.samples.get((h.agent, kind), ())
+        if len(xs) >= tools.min_samples:
+            return best_ttl_s(xs, reload_s, cost_rate, tools.max_ttl_s)
+        # cold start, T ~ Exp(mean m): utility (1 - e^{-tau/m}) (reload - cost_rate m)
+        return tools.max_ttl_s if reload_s > cost_rate * tools.cold_mean_s else 0.0
+
+    # -- the decision -----------------------------------------------------------------------
+    def decide(self, snap: Snapshot) -> Decision:
+        self.tools.observe(snap)
+        base = super().decide(snap)
+        if not snap.held:
+            return base
+        now = snap.time_s
+        tasks = snap.tasks
+
+        def arrival(task_id: int) -> tuple[float, int]:
+            t = tasks.get(task_id)
+            return (t.arrival_s if t is not None else now, task_id)
+
+        # the post-decision accounting of TOPAS's choice, with AdmissionPlan's reservations
+        plan = AdmissionPlan(snap, self.reserve_ratio)
+        by_id = {r.request_id: r for r in snap.running}
+        for rid in base.preempt:
+            r = by_id[rid]
+            plan.free += r.kv_tokens + plan.reserve(r)
+            plan.batch -= 1
+        plan.needed = {r.agent for r in snap.running if r.request_id not in base.preempt}
+        for a in base.evict:
+            plan.resident.discard(a)
+            plan.free += snap.prefixes[a].tokens
+        plan.evicted = list(base.evict)
+        waiting = {r.request_id: r for r in snap.waiting}
+        for rid in base.admit:
+            r = waiting[rid]
+            plan.free -= plan.need(r)
+            plan.resident.add(r.agent)
+            plan.needed.add(r.agent)
+            plan.batch += 1
+        plan.admitted = list(base.admit)
+
+        # release: the oldest request TOPAS left waiting, if only younger held contexts keep
+        # it out
+        extra: list[int] = []
+        release: list[tuple[int, str]] = []
+        left = [r for r in snap.waiting if r.request_id not in set(base.admit)]
+        blocked: RequestState | None = min(left, key=lambda r: (arrival(r.task_id), r.seq),
+                                           default=None)
+        if blocked is not None and plan.batch < snap.config.max_batch_requests:
+            need = plan.need(blocked)
+            if need > plan.free:
+                mine = arrival(blocked.task_id)
+                live = sorted((k for k, h in snap.held.items()
+                               if h.expires_s > now and arrival(k[0]) > mine
+                               and k != (blocked.task_id, blocked.stage)
+                               and k[0] in tasks
+                               and tasks[k[0]].stages[k[1]].status == StageStatus.TOOL),
+                              key=lambda k: arrival(k[0]), reverse=True)
+                gain = 0
+                chosen: list[tuple[int, str]] = []
+                for k in live:
+                    if need <= plan.free + gain:
+                        break
+                    chosen.append(k)
+                    gain += snap.held[k].tokens
+                if chosen and need <= plan.free + gain:
+                    plan.free += gain
+                    if plan.try_admit(blocked, evict=False):
+                        release = chosen
+                        extra.append(blocked.request_id)
+                    else:  # cannot happen (need fits); keep the contexts then
+                        plan.free -= gain
+            else:
+                blocked = None  # TOPAS left it waiting by choice, not for lack of memory
+        # hold: contexts offered now, oldest task first, while they fit the free budget
+        hold: dict[tuple[int, str], float] = {}
+        admitted_keys = {(waiting[rid].task_id, waiting[rid].stage) for rid in plan.admitted}
+        for key, h in sorted(snap.held.items(), key=lambda kv: arrival(kv[0][0])):
+            if h.expires_s > now or key in admitted_keys:
+                continue  # already held, or its next call starts now
+            if key[0] not in tasks or tasks[key[0]].stages[key[1]].status != StageStatus.TOOL:
+                continue
+            if blocked is not None and not extra and arrival(key[0]) > arrival(blocked.task_id):
+                continue  # memory is short for an older task
+            tau = self.ttl_s(snap, key)
+            if tau > 0 and h.tokens <= plan.free:
+                plan.free -= h.tokens
+                hold[key] = now + tau + self.tools.slack_s
+        if not hold and not release:
+            return base
+        credit = dict(base.credit)
+        for rid in extra:
+            credit[rid] = 0.0
+        return Decision(admit=base.admit + tuple(extra), preempt=base.preempt,
+                        evict=tuple(plan.evicted), drop=base.drop, load=base.load, hold=hold,
+                        release=tuple(release), credit=credit)
+
+
+@register("topas-hold", "TOPAS + context reuse: hold a ReAct call's KV through its tool call "
+          "when the learned tool delay is short vs re-prefilling it (Continuum's TTL), release "
+          "under memory pressure from older tasks", source="our extension (docs/extensions.md)")
+def _topas_hold(seed: int = 0, **params) -> TopasHold:
+    return TopasHold(seed=seed, **params)
