@@ -230,6 +230,7 @@ class Simulator:
         self._pending_event = ""
         self._next_task = 0
         self._stage_spec: dict[tuple[int, str], object] = {}
+        self._instant, self._decisions_now = -1.0, 0
         # a clairvoyant policy (an "oracle" variant for reports) may ask for the true tasks
         if hasattr(policy, "bind_oracle"):
             policy.bind_oracle(self.true_task)
@@ -314,6 +315,14 @@ class Simulator:
         )
 
     def _decide(self) -> None:
+        if self.now != self._instant:
+            self._instant, self._decisions_now = self.now, 0
+        self._decisions_now += 1
+        if self._decisions_now > 1000 + 20 * (len(self.running) + len(self.waiting)):
+            raise PolicyStalled(
+                f"policy {self._pname()} at t={self.now:.6f}s: livelock, {self._decisions_now} "
+                "decisions at one instant without the clock advancing (an admission that the "
+                "engine has to preempt again at once?)")
         snap = self.snapshot()
         t0 = _time.perf_counter()
         dec = self.policy.decide(snap)
@@ -857,7 +866,9 @@ class Simulator:
                 elif ph == Phase.PREFILL:
                     prefillers.append(j)
             if prefillers:
-                growing = decoders + [j for j in prefillers if isinstance(j, _Job)]
+                chunk = self.config.prefill_chunk_tokens
+                growing = decoders + [j for j in prefillers
+                                      if isinstance(j, _Job) and j.prefill_left <= chunk]
                 if growing and self._decode_room(growing) < 1:
                     self._engine_preempt()  # the next token of some request would not fit
                     continue

@@ -125,7 +125,7 @@ class MonteCarloLP:
         self.seed = seed
         self._entries: dict[int, TaskMC] = {}
         self._uniforms: dict[int, np.ndarray] = {}
-        self._history_id = -1
+        self._history_ref = -1
 
     def _u(self, task: TaskState) -> np.ndarray:
         u = self._uniforms.get(task.task_id)
@@ -148,10 +148,11 @@ class MonteCarloLP:
         ``generated`` maps ``(task_id, stage)`` of running calls to tokens generated so far
         (a conditioning input); when omitted it is read from ``snap.running``.
         """
-        if id(snap.history) != self._history_id:  # a new run: nothing cached is valid
+        # a new run: nothing cached is valid (identity, not id(): ids are reused after GC)
+        if snap.history is not self._history_ref:
             self._entries.clear()
             self._uniforms.clear()
-            self._history_id = id(snap.history)
+            self._history_ref = snap.history
         e = self._entries.get(task.task_id)
         if e is not None and e.version == task.version:
             return e

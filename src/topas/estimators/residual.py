@@ -73,15 +73,15 @@ class EmpiricalResidual:
 
     # -- pools ------------------------------------------------------------------------------
     def _prior_points(self, snap: Snapshot, agent: str) -> np.ndarray:
-        key = (id(snap.cost), agent)
-        pts = self._prior.get(key)
+        hit = self._prior.get(agent)
+        pts = hit[1] if hit is not None and hit[0] is snap.cost else None
         if pts is None:
             p = snap.prefixes.get(agent)
             prefix = p.tokens if p is not None else 0
             pts = np.array([snap.cost.call_time_alone(
                 self.prior_prompt_tokens, max(1, int(self.prior_output_tokens * q)), prefix,
                 snap.config.prefill_chunk_tokens) for q in PRIOR_QUANTILES])
-            self._prior[key] = pts
+            self._prior[agent] = (snap.cost, pts)
         return pts
 
     def pool(self, snap: Snapshot, agent: str, kind: str
@@ -91,7 +91,7 @@ class EmpiricalResidual:
         n = len(recs)
         key = (agent, kind)
         hit = self._pools.get(key)
-        if hit is not None and hit[0] == n and hit[1] == id(snap.history):
+        if hit is not None and hit[0] == n and hit[1] is snap.history:
             return hit[2], hit[3], hit[4]
         tail = recs[-self.window:] if n else ()
         z = [r.service_s for r in tail]
@@ -105,7 +105,7 @@ class EmpiricalResidual:
         zs = np.asarray(z, dtype=float)
         rs = np.asarray(rounds, dtype=np.int64)
         ts = np.asarray(toks, dtype=np.int64)
-        self._pools[key] = (n, id(snap.history), zs, rs, ts)
+        self._pools[key] = (n, snap.history, zs, rs, ts)
         return zs, rs, ts
 
     # -- the model --------------------------------------------------------------------------

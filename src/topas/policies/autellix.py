@@ -49,9 +49,9 @@ class AttainedService:
 
     def observe(self, snap: Snapshot) -> None:
         """Credit the time since the previous decision to the calls admitted after it."""
-        if id(snap.history) != self._run_id:  # a new run: forget everything
+        if snap.history is not self._run_id:  # a new run (identity: ids are reused after GC)
             self.reset()
-            self._run_id = id(snap.history)
+            self._run_id = snap.history
         if self._last_s is not None:
             dt = snap.time_s - self._last_s
             if dt > 0:

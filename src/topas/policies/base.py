@@ -31,22 +31,23 @@ class Policy(Protocol):
     def decide(self, snapshot: Snapshot) -> Decision: ...
 
 
-_OUT_CACHE: dict[tuple[int, str, str | None], tuple[int, float]] = {}
+_OUT_CACHE: dict[tuple[str, str | None], tuple[object, int, float]] = {}
 
 
 def expected_call_output(snap: Snapshot, agent: str, kind: str | None = None) -> float:
     """Mean output tokens per call of ``agent`` (optionally one stage kind) over the last 32
     completed stages of each kind; :data:`DEFAULT_OUTPUT_RESERVE_TOKENS` until any exists.
-    History is append-only, so the mean is memoised by the number of records it saw."""
+    History is append-only, so the mean is memoised by the history object (compared by
+    identity, never by ``id``, which a later run's history could reuse) and its length."""
     lists = [recs for (a, k), recs in snap.history.items()
              if a == agent and (kind is None or k == kind)]
     seen = sum(len(r) for r in lists)
     if not seen:
         return float(DEFAULT_OUTPUT_RESERVE_TOKENS)
-    key = (id(snap.history), agent, kind)
+    key = (agent, kind)
     hit = _OUT_CACHE.get(key)
-    if hit is not None and hit[0] == seen:
-        return hit[1]
+    if hit is not None and hit[0] is snap.history and hit[1] == seen:
+        return hit[2]
     tot = rounds = 0
     for recs in lists:
         for rec in recs[-32:]:
@@ -55,8 +56,17 @@ def expected_call_output(snap: Snapshot, agent: str, kind: str | None = None) ->
     val = tot / rounds if rounds else float(DEFAULT_OUTPUT_RESERVE_TOKENS)
     if len(_OUT_CACHE) > 4096:
         _OUT_CACHE.clear()
-    _OUT_CACHE[key] = (seen, val)
+    _OUT_CACHE[key] = (snap.history, seen, val)
     return val
+
+
+def output_reserve(snap: Snapshot, r: RequestState, ratio: float, expected_output: float) -> int:
+    """KV headroom (tokens) to keep for request ``r``: ``ratio * expected_output`` tokens it
+    has not generated yet, and never less than one block, since its next token may need a new
+    one.  Without that block an admission can leave the next iteration no room, and the engine
+    would have to preempt at once."""
+    step = snap.config.block_size
+    return max(step, int(ratio * expected_output) - r.generated_tokens)
 
 
 class AdmissionPlan:
@@ -64,7 +74,7 @@ class AdmissionPlan:
 
     ``reserve_ratio`` -- each admitted or running request keeps headroom for
     ``reserve_ratio * expected output`` tokens it has not generated yet (SGLang's
-    ``new_token_ratio`` idea), so decodes rarely run out of KV.  0 disables it.
+    ``new_token_ratio`` idea), so decodes rarely run out of KV.  0 keeps only one block.
     """
 
     def __init__(self, snap: Snapshot, reserve_ratio: float = 0.5) -> None:
@@ -82,12 +92,14 @@ class AdmissionPlan:
 
     # -- accounting -------------------------------------------------------------------------
     def reserve(self, r: RequestState) -> int:
+        """Headroom kept for ``r``'s future output: at least one block (its next token may
+        open one), so an admission never leaves the next iteration without room."""
         if self.reserve_ratio <= 0:
-            return 0
+            return output_reserve(self.snap, r, 0.0, 0.0)
         exp = self._out_cache.get(r.agent)
         if exp is None:
             exp = self._out_cache[r.agent] = expected_call_output(self.snap, r.agent)
-        return max(0, int(self.reserve_ratio * exp) - r.generated_tokens)
+        return output_reserve(self.snap, r, self.reserve_ratio, exp)
 
     def request_tokens(self, r: RequestState) -> int:
         """KV this request takes at admission (context KV it holds is already counted)."""
@@ -105,7 +117,7 @@ class AdmissionPlan:
     def lru_order(self) -> list[str]:
         if self._lru is None:
             idle = [p for a, p in self.snap.prefixes.items()
-                    if a in self.resident and p.users == 0 and p.transfer != "in"]
+                    if a in self.resident and p.users == 0 and p.transfer is None]
             idle.sort(key=lambda p: p.last_used_s)
             self._lru = [p.agent for p in idle]
         return self._lru

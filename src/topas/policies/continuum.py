@@ -99,9 +99,9 @@ class Continuum:
 
     # -- learning tool durations ----------------------------------------------------------
     def observe(self, snap: Snapshot) -> None:
-        if id(snap.history) != self._run_id:
+        if snap.history is not self._run_id:  # identity: ids are reused after GC
             self._reset()
-            self._run_id = id(snap.history)
+            self._run_id = snap.history
         for key, h in snap.held.items():
             if key not in self._tool_start and key[0] in snap.tasks:
                 kind = snap.tasks[key[0]].stages[key[1]].kind

@@ -37,7 +37,7 @@ from topas.engine.decision import Decision
 from topas.engine.snapshot import Location, Phase, RequestState, Snapshot, StageStatus
 from topas.estimators import EmpiricalResidual, MonteCarloLP, TrueResidual
 from topas.policies import register
-from topas.policies.base import AdmissionPlan, expected_call_output
+from topas.policies.base import AdmissionPlan, expected_call_output, output_reserve
 
 #: defaults chosen by benchmarks/sweep_topas.py (see docs/topas.md)
 DEFAULTS = dict(M=6, K=2, beta=10.0, rho=0.25, H_age=None, min_gain_s=1e-3, joint_gain=True)
@@ -143,8 +143,8 @@ class Topas:
     def _new_run_check(self, snap: Snapshot) -> None:
         """Drop every cache when a new run starts (a new history object) and forget tasks
         that finished (bounded memory)."""
-        if id(snap.history) != self._run_id:
-            self._run_id = id(snap.history)
+        if snap.history is not self._run_id:  # identity: ids are reused after GC
+            self._run_id = snap.history
             self._task_info.clear()
             self._moves.clear()
             self._lookahead.clear()
@@ -336,13 +336,11 @@ class _Context:
             return v
 
         def reserve(r: RequestState) -> int:
-            # AdmissionPlan.reserve: headroom for the expected remaining output (tokens)
-            if ratio <= 0:
-                return 0
+            # the same headroom AdmissionPlan keeps (tokens), memoised per agent
             base = rsv_cache.get(r.agent)
             if base is None:
-                base = rsv_cache[r.agent] = int(ratio * out_mean(r.agent))
-            return max(0, base - r.generated_tokens)
+                base = rsv_cache[r.agent] = out_mean(r.agent) if ratio > 0 else 0.0
+            return output_reserve(snap, r, ratio, base)
 
         running = snap.running
         prefixes = snap.prefixes
