@@ -67,3 +67,13 @@ def test_list(capsys):
     text = capsys.readouterr().out
     for name in ("fcfs", "toy-chain", "a100-80g/qwen2.5-32b"):
         assert name in text
+
+
+def test_workloads_show(capsys):
+    assert main(["workloads", "show", "metagpt-tl", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert {a["name"] for a in d["agents"]} >= {"TeamLeader", "Engineer"}
+    assert d["mean_critical_path_s"] > 0
+    assert main(["workloads", "show", "metagpt-tl"]) == 0
+    text = capsys.readouterr().out
+    assert "TeamLeader-revisit" in text and "prefix tokens" in text

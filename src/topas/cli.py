@@ -159,14 +159,29 @@ def cmd_workloads_show(args) -> int:
         return 0
     t = Table(title=f"workload {args.name}", show_header=False)
     t.add_column("field")
-    t.add_column("value")
+    t.add_column("value", justify="right")
     for k, v in d.items():
-        if isinstance(v, dict):
-            v = ", ".join(f"{a}={b}" for a, b in v.items())
-        elif isinstance(v, float):
-            v = f"{v:.4g}"
-        t.add_row(str(k), str(v))
+        if isinstance(v, (list, dict)):
+            continue
+        t.add_row(str(k), f"{v:.4g}" if isinstance(v, float) else str(v))
     out.print(t)
+    if d.get("agents"):
+        t = Table(title="agents")
+        t.add_column("agent")
+        t.add_column("prefix tokens", justify="right")
+        for a in d["agents"]:
+            t.add_row(a["name"], f"{a['prefix_tokens']:,}")
+        out.print(t)
+    if d.get("stages"):
+        t = Table(title="stages (per task)")
+        t.add_column("stage kind")
+        t.add_column("agents")
+        t.add_column("mean count", justify="right")
+        t.add_column("mean calls / stage", justify="right")
+        for st in d["stages"]:
+            t.add_row(st["kind"], ", ".join(st["agents"]), f"{st['mean_per_task']:.3g}",
+                      f"{st['mean_calls_per_stage']:.3g}")
+        out.print(t)
     return 0
 
 

@@ -32,11 +32,12 @@ from topas.metrics.summary import atomic_write_text
 
 #: the policies of the main table and the load sweep (TOPAS last); baselines = all but topas
 MAIN_POLICIES: tuple[str, ...] = ("fcfs", "spf", "lpm", "dfs-weight", "parrot-fcfs",
-                                  "autellix-las", "kvflow", "continuum", "topas")
+                                  "autellix-las", "kvflow", "continuum", "srpt-ca", "topas")
 TARGET_POLICY = "topas"
 BASELINES: tuple[str, ...] = tuple(p for p in MAIN_POLICIES if p != TARGET_POLICY)
 #: the ablation variants (paper: TOPAS-base and single-component variants) plus the oracle
 ABLATION_POLICIES: tuple[str, ...] = ("topas", "topas-base", "topas-noreuse", "topas-noaging",
+                                      "topas-hold",
                                       "topas-oracle")
 #: seeds never used for tuning (TOPAS was tuned on 1 and 2)
 FULL_SEEDS: tuple[int, ...] = (3, 4, 5, 6, 7)
