@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -127,7 +128,8 @@ def test_enumeration_is_the_best_greedypack_and_never_beats_brute_force(snap):
     assert best is not None
     per_set = [ctx.greedypack(frozenset(s)) for n in range(len(ctx.active) + 1)
                for s in itertools.combinations(sorted(ctx.active), n)]
-    assert best.score == max(c.score for c in per_set if c is not None)
+    # equal up to summation order of the same terms
+    assert best.score == pytest.approx(max(c.score for c in per_set if c is not None), rel=1e-12)
     assert footprint(snap, ctx, best) <= snap.kv_budget_tokens
     bf = brute_force(ctx)
     assert best.score <= bf + 1e-9

@@ -14,7 +14,7 @@ prefix that a running or just-admitted request uses.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol, runtime_checkable
 
 from topas.engine.decision import Decision
@@ -128,22 +128,8 @@ class AdmissionPlan:
         if self.batch >= self.snap.config.max_batch_requests:
             return False
         need = self.need(r)
-        if need > self.free:
-            if not evict:
-                return False
-            victims = []
-            gain = 0
-            for a in self.lru_order():
-                if a in self.needed or a == r.agent:
-                    continue
-                victims.append(a)
-                gain += self.snap.prefixes[a].tokens
-                if need <= self.free + gain:
-                    break
-            if need > self.free + gain:
-                return False
-            for a in victims:
-                self.evict(a)
+        if need > self.free and not (evict and self.make_room(need, lambda a: a != r.agent)):
+            return False
         self.free -= need
         if r.agent in self.evicted:
             # evicted earlier in this same decision and needed again: keep it resident (the
@@ -154,6 +140,25 @@ class AdmissionPlan:
         self.needed.add(r.agent)
         self.admitted.append(r.request_id)
         self.batch += 1
+        return True
+
+    def make_room(self, need: int, may_evict: Callable[[str], bool]) -> bool:
+        """Evict idle prefixes in :meth:`lru_order` (skipping needed ones and those
+        ``may_evict`` refuses) until ``need`` tokens are free; evict nothing if that cannot
+        be reached.  Returns whether ``need`` now fits."""
+        victims = []
+        gain = 0
+        for a in self.lru_order():
+            if a in self.needed or not may_evict(a):
+                continue
+            victims.append(a)
+            gain += self.snap.prefixes[a].tokens
+            if need <= self.free + gain:
+                break
+        if need > self.free + gain:
+            return False
+        for a in victims:
+            self.evict(a)
         return True
 
     def evict(self, agent: str) -> None:
@@ -173,3 +178,23 @@ class AdmissionPlan:
 
     def decision(self, **extra) -> Decision:
         return Decision(admit=tuple(self.admitted), evict=tuple(self.evicted), **extra)
+
+
+class OrderedAdmission:
+    """Base of policies whose only choice is an order: admit waiting requests in
+    :meth:`order` while they fit (head-of-line blocking), default LRU residency."""
+
+    name = ""
+
+    def __init__(self, seed: int = 0, reserve_ratio: float = 0.5) -> None:
+        self.reserve_ratio = reserve_ratio
+
+    def order(self, snap: Snapshot) -> list[RequestState]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def decide(self, snap: Snapshot) -> Decision:
+        if not snap.waiting:
+            return Decision()
+        plan = AdmissionPlan(snap, self.reserve_ratio)
+        plan.admit_in_order(self.order(snap))
+        return plan.decision()

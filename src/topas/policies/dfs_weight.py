@@ -16,10 +16,9 @@ stops at the first request that does not fit; idle prefixes are evicted LRU firs
 
 from __future__ import annotations
 
-from topas.engine.decision import Decision
 from topas.engine.snapshot import Location, RequestState, Snapshot
 from topas.policies import register
-from topas.policies.base import AdmissionPlan
+from topas.policies.base import OrderedAdmission
 from topas.policies.lpm import queue_order
 
 
@@ -64,20 +63,10 @@ def dfs_weight_order(snap: Snapshot) -> list[RequestState]:
 @register("dfs-weight", "SGLang DFS-weight: walk the prefix tree depth first, heavier "
           "subtrees (more waiting requests) first, LRU prefix eviction",
           source="SGLang schedule_policy.py (CacheAwarePolicy.DFS_WEIGHT)")
-class DFSWeight:
+class DFSWeight(OrderedAdmission):
     """SGLang's DFS-weight ordering; head-of-line blocking admission."""
 
     name = "dfs-weight"
 
-    def __init__(self, seed: int = 0, reserve_ratio: float = 0.5) -> None:
-        self.reserve_ratio = reserve_ratio
-
     def order(self, snap: Snapshot) -> list[RequestState]:
         return dfs_weight_order(snap)
-
-    def decide(self, snap: Snapshot) -> Decision:
-        if not snap.waiting:
-            return Decision()
-        plan = AdmissionPlan(snap, self.reserve_ratio)
-        plan.admit_in_order(self.order(snap))
-        return plan.decision()

@@ -68,21 +68,10 @@ class KVFlowPlan(AdmissionPlan):
         """Make ``agent`` resident without admitting anything, evicting only idle prefixes
         whose next use is strictly farther away."""
         need = self.snap.prefixes[agent].tokens
-        if need > self.free:
-            mine = self.ste.get(agent, math.inf)
-            victims: list[str] = []
-            gain = 0
-            for a in self.lru_order():
-                if a in self.needed or self.ste.get(a, math.inf) <= mine:
-                    continue
-                victims.append(a)
-                gain += self.snap.prefixes[a].tokens
-                if need <= self.free + gain:
-                    break
-            if need > self.free + gain:
-                return False
-            for a in victims:
-                self.evict(a)
+        mine = self.ste.get(agent, math.inf)
+        if need > self.free and not self.make_room(
+                need, lambda a: self.ste.get(a, math.inf) > mine):
+            return False
         self.free -= need
         self.resident.add(agent)
         self.needed.add(agent)  # do not evict it again for a later prefetch

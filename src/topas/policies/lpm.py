@@ -24,10 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from topas.engine.decision import Decision
 from topas.engine.snapshot import Location, RequestState, Snapshot
 from topas.policies import register
-from topas.policies.base import AdmissionPlan
+from topas.policies.base import OrderedAdmission
 
 #: SGLang's IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD (tokens)
 CHECK_THRESHOLD_TOKENS = 32
@@ -84,7 +83,7 @@ def lpm_order(snap: Snapshot, check_threshold_tokens: int = CHECK_THRESHOLD_TOKE
 @register("lpm", "SGLang longest prefix match: most cached prompt tokens first, in-queue "
           "prefix dedup, FCFS above 128 waiting, LRU prefix eviction",
           source="SGLang schedule_policy.py (CacheAwarePolicy.LPM)")
-class LPM:
+class LPM(OrderedAdmission):
     """SGLang's LPM with its in-queue prefix check; head-of-line blocking admission."""
 
     name = "lpm"
@@ -95,7 +94,7 @@ class LPM:
                  fcfs_above: int = FCFS_ABOVE) -> None:
         if fcfs_above < 0:
             raise ValueError(f"fcfs_above {fcfs_above}: must be >= 0")
-        self.reserve_ratio = reserve_ratio
+        super().__init__(seed, reserve_ratio)
         self.check_threshold_tokens = check_threshold_tokens
         self.deprioritize_threshold_tokens = deprioritize_threshold_tokens
         self.fcfs_above = fcfs_above
@@ -104,9 +103,3 @@ class LPM:
         return lpm_order(snap, self.check_threshold_tokens, self.deprioritize_threshold_tokens,
                          self.fcfs_above)
 
-    def decide(self, snap: Snapshot) -> Decision:
-        if not snap.waiting:
-            return Decision()
-        plan = AdmissionPlan(snap, self.reserve_ratio)
-        plan.admit_in_order(self.order(snap))
-        return plan.decision()

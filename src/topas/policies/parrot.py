@@ -17,10 +17,9 @@ hints have no counterpart on one engine and are not modelled.
 
 from __future__ import annotations
 
-from topas.engine.decision import Decision
 from topas.engine.snapshot import RequestState, Snapshot
 from topas.policies import register
-from topas.policies.base import AdmissionPlan
+from topas.policies.base import OrderedAdmission
 
 
 def task_fcfs_key(snap: Snapshot, r: RequestState) -> tuple[float, int, float, int]:
@@ -49,20 +48,10 @@ def parrot_order(snap: Snapshot) -> list[RequestState]:
 @register("parrot-fcfs", "Parrot: task-level FCFS (earliest task first), ready requests "
           "sharing a prefix co-scheduled, LRU prefix eviction",
           source="Parrot, OSDI'24 (Lin et al.)")
-class ParrotFCFS:
+class ParrotFCFS(OrderedAdmission):
     """Application-level FCFS with prefix-sharing groups; head-of-line blocking admission."""
 
     name = "parrot-fcfs"
 
-    def __init__(self, seed: int = 0, reserve_ratio: float = 0.5) -> None:
-        self.reserve_ratio = reserve_ratio
-
     def order(self, snap: Snapshot) -> list[RequestState]:
         return parrot_order(snap)
-
-    def decide(self, snap: Snapshot) -> Decision:
-        if not snap.waiting:
-            return Decision()
-        plan = AdmissionPlan(snap, self.reserve_ratio)
-        plan.admit_in_order(self.order(snap))
-        return plan.decision()
