@@ -125,6 +125,10 @@ class MonteCarloLP:
         self.seed = seed
         self._entries: dict[int, TaskMC] = {}
         self._uniforms: dict[int, np.ndarray] = {}
+        #: (task_id, stage) -> (residual array, its sample column): a stage whose residual
+        #: model returned the very same array object reuses the column (identity, and the
+        #: array is kept alive here so its identity cannot be reused)
+        self._cols: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
         self._history_ref = -1
 
     def _u(self, task: TaskState) -> np.ndarray:
@@ -140,6 +144,8 @@ class MonteCarloLP:
         for tid in [t for t in self._entries if t not in active]:
             del self._entries[tid]
             self._uniforms.pop(tid, None)
+        for key in [k for k in self._cols if k[0] not in active]:
+            del self._cols[key]
 
     def entry(self, snap: Snapshot, task: TaskState,
               generated: Mapping[tuple[int, str], int] | None = None) -> TaskMC:
@@ -152,6 +158,7 @@ class MonteCarloLP:
         if snap.history is not self._history_ref:
             self._entries.clear()
             self._uniforms.clear()
+            self._cols.clear()
             self._history_ref = snap.history
         e = self._entries.get(task.task_id)
         if e is not None and e.version == task.version:
@@ -165,6 +172,7 @@ class MonteCarloLP:
         ready: list[int] = []
         running: list[int] = []
         stage_cols = {n: k for k, n in enumerate(task.order)}
+        cols_cache = self._cols
         for name in task.order:
             st = task.stages[name]
             if st.status == StageStatus.DONE:
@@ -172,10 +180,18 @@ class MonteCarloLP:
             vals = self.residual.stage_residuals(snap, task, st,
                                                  generated.get((task.task_id, name), 0))
             m = len(vals)
-            if m == 1:
-                col = np.full(self.n_samples, float(vals[0]))
+            ckey = (task.task_id, name)
+            hit = cols_cache.get(ckey)
+            if hit is not None and hit[0] is vals:
+                # the same memoised residual array (e.g. an unconditioned pool that did not
+                # grow): the column of this task's fixed uniforms is the same too
+                col = hit[1]
             else:
-                col = vals[(u[:, stage_cols[name]] * m).astype(np.int64)]
+                if m == 1:
+                    col = np.full(self.n_samples, float(vals[0]))
+                else:
+                    col = vals[(u[:, stage_cols[name]] * m).astype(np.int64)]
+                cols_cache[ckey] = (vals, col)
             k = len(names)
             names.append(name)
             cols.append(col)

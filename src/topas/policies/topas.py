@@ -37,7 +37,7 @@ from topas.engine.decision import Decision
 from topas.engine.snapshot import Location, Phase, RequestState, Snapshot, StageStatus
 from topas.estimators import EmpiricalResidual, MonteCarloLP, TrueResidual
 from topas.policies import register
-from topas.policies.base import AdmissionPlan, expected_call_output, output_reserve
+from topas.policies.base import AdmissionPlan, expected_call_output
 
 #: defaults chosen by benchmarks/sweep_topas.py (see docs/topas.md)
 DEFAULTS = dict(M=6, K=2, beta=10.0, rho=0.25, H_age=None, min_gain_s=1e-3, joint_gain=True)
@@ -335,12 +335,16 @@ class _Context:
                 v = out_cache[agent] = expected_call_output(snap, agent)
             return v
 
+        step = snap.config.block_size
+
         def reserve(r: RequestState) -> int:
-            # the same headroom AdmissionPlan keeps (tokens), memoised per agent
+            # the same headroom AdmissionPlan keeps (tokens): output_reserve with the expected
+            # output part ``int(ratio * E[out])`` memoised per agent (called O(queue) times)
             base = rsv_cache.get(r.agent)
             if base is None:
-                base = rsv_cache[r.agent] = out_mean(r.agent) if ratio > 0 else 0.0
-            return output_reserve(snap, r, ratio, base)
+                base = rsv_cache[r.agent] = int(ratio * out_mean(r.agent)) if ratio > 0 else 0
+            v = base - r.generated_tokens
+            return v if v > step else step
 
         running = snap.running
         prefixes = snap.prefixes
@@ -414,12 +418,20 @@ class _Context:
                 delta, l_now = self.defer_s, info[3]
             else:
                 delta, l_now = self.delta(e, r.stage, ())
-            tokens = blocks(r.prompt_tokens + r.generated_tokens)
+            gen_t = r.generated_tokens
+            tokens = blocks(r.prompt_tokens + gen_t)
             if held:
                 h = held.get((tid, r.stage))
                 if h is not None and h.expires_s > now:
                     tokens -= h.tokens
-            c = _Cand(r, tokens + reserve(r), max(w * delta, floor), l_now, w)
+            # reserve(r), inlined: this loop runs over the whole waiting queue every event
+            base = rsv_cache.get(r.agent)
+            if base is None:
+                base = rsv_cache[r.agent] = int(ratio * out_mean(r.agent)) if ratio > 0 else 0
+            rsv = base - gen_t
+            g = w * delta
+            c = _Cand(r, tokens + (rsv if rsv > step else step), floor if floor > g else g,
+                      l_now, w)
             cands.append(c)
             self.by_task.setdefault(tid, []).append(c)
         self.multi = {t for t, cs in self.by_task.items() if len(cs) > 1}
