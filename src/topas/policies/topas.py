@@ -128,7 +128,7 @@ class Topas:
         """``H_age`` in seconds: fixed, or the running median of stage service times."""
         if self.H_age is not None:
             return self.H_age
-        n = sum(len(v) for v in snap.history.values())
+        n = sum(map(len, snap.history.values()))
         if n != self._median[0]:
             vals = sorted(r.service_s for recs in snap.history.values() for r in recs[-64:])
             if vals:
@@ -392,8 +392,8 @@ class _Context:
         self.by_task: dict[int, list[_Cand]] = {}
         held = snap.held
         now = snap.time_s
-        blocks = snap.blocks
         tasks = snap.tasks
+        weights, entries, by_task = self.weights, self.entries, self.by_task
         gen = None
         floor = pol.min_gain_s
         task_info = pol._task_info
@@ -407,11 +407,11 @@ class _Context:
                     gen = {(q.task_id, q.stage): q.generated_tokens for q in running}
                 info = pol._build_task_info(snap, ts, gen)
             e = info[1]
-            w = self.weights.get(tid)
+            w = weights.get(tid)
             if w is None:
-                self.entries[tid] = e
+                entries[tid] = e
                 # g_i(t) (see Topas.age_weight)
-                w = self.weights[tid] = (1.0 + pol.rho * math.log1p(
+                w = weights[tid] = (1.0 + pol.rho * math.log1p(
                     max(0.0, now - ts.arrival_s) / h_age)) if aged else 1.0
             if info[2]:
                 # the only ready stage, nothing running: deferring shifts every path by D_t
@@ -419,7 +419,9 @@ class _Context:
             else:
                 delta, l_now = self.delta(e, r.stage, ())
             gen_t = r.generated_tokens
-            tokens = blocks(r.prompt_tokens + gen_t)
+            tokens = r.prompt_tokens + gen_t
+            if step > 1:  # Snapshot.blocks, inlined
+                tokens = -(-tokens // step) * step
             if held:
                 h = held.get((tid, r.stage))
                 if h is not None and h.expires_s > now:
@@ -433,7 +435,11 @@ class _Context:
             c = _Cand(r, tokens + (rsv if rsv > step else step), floor if floor > g else g,
                       l_now, w)
             cands.append(c)
-            self.by_task.setdefault(tid, []).append(c)
+            cs = by_task.get(tid)
+            if cs is None:
+                by_task[tid] = [c]
+            else:
+                cs.append(c)
         self.multi = {t for t, cs in self.by_task.items() if len(cs) > 1}
         if pol.joint_gain:
             for t in self.multi:
