@@ -4,8 +4,10 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.topas-installed
-WORKLOAD ?= toy-chain
-POLICIES ?= fcfs
+WORKLOAD ?= metagpt-tl
+RATE ?= 0.0075
+TASKS ?= 40
+POLICIES ?= fcfs,lpm,spf,parrot-fcfs,continuum,topas
 
 .PHONY: demo test test-all bench venv clean
 
@@ -19,7 +21,7 @@ venv: $(STAMP)
 
 ## the main job: a policy comparison on the embedded simulator
 demo: $(STAMP)
-	$(BIN)/topas compare --workload $(WORKLOAD) --policies $(POLICIES) --seed 0
+	$(BIN)/topas compare --workload $(WORKLOAD) --rate $(RATE) --tasks $(TASKS) --policies $(POLICIES) --seed 3
 
 ## the fast test suite (the vLLM tests run with `make test-vllm`)
 test: $(STAMP)

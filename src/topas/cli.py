@@ -78,11 +78,20 @@ def cmd_run(args) -> int:
     return 0
 
 
-COMPARE_COLS = [("mean_jct_s", "mean JCT s"), ("p99_jct_s", "p99 JCT s"),
-                ("jct_over_lower_bound", "JCT/LB"),
+COMPARE_COLS = [("mean_jct_s", "mean\nJCT s"), ("p99_jct_s", "p99\nJCT s"),
+                ("jct_over_lower_bound", "JCT/\nLB"),
                 ("throughput_requests_per_s", "req/s"), ("mean_batch_size", "batch"),
-                ("prefix_hit_rate", "prefix hit"), ("preemptions", "preempt"),
-                ("mean_decision_ms", "decide ms")]
+                ("prefix_hit_rate", "prefix\nhit"), ("preemptions", "pre-\nempt"),
+                ("mean_decision_ms", "decide\nms")]
+
+
+def _fmt(v) -> str:
+    """Numbers for narrow tables: thousands without exponents, small values to 3 digits."""
+    if not isinstance(v, float):
+        return f"{v:,}" if isinstance(v, int) else str(v)
+    if v != v:  # NaN
+        return "-"
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
 def cmd_compare(args) -> int:
@@ -107,13 +116,12 @@ def cmd_compare(args) -> int:
     t = Table(title=f"{args.workload}: {len(tasks)} tasks, rate "
                     f"{args.rate if args.rate is not None else 'default'}, seed {args.seed}, "
                     f"profile {args.profile}")
-    t.add_column("policy")
+    t.add_column("policy", no_wrap=True, min_width=12)
     for _, label in COMPARE_COLS:
         t.add_column(label, justify="right")
     for r in rows:
         style = "bold green" if r["mean_jct_s"] == best else None
-        t.add_row(r["policy"], *[f"{r[k]:.3g}" if isinstance(r[k], float) else str(r[k])
-                                 for k, _ in COMPARE_COLS], style=style)
+        t.add_row(r["policy"], *[_fmt(r[k]) for k, _ in COMPARE_COLS], style=style)
     out.print(t)
     return 0
 
