@@ -146,3 +146,34 @@ def test_complementary_ready_stages_are_both_started_on_an_idle_engine():
     # and the engine would stay idle (the simulator reports a stall)
     dec, ch = decide("topas", diamond_state(), joint_gain=False, min_gain_s=0.0)
     assert dec.admit == ()
+
+
+def long_prompt_state(prompt: int):
+    """Like ``preempt_state`` but the running request has a long, fully prefilled prompt and
+    has generated little: re-decoding is cheap, re-prefilling its prompt is not.  A's calls
+    are short (so deferring B costs only a few seconds)."""
+    hist = {("A", "a"): history("A", "a", [4.0] * 8, out=40),
+            ("B", "b"): history("B", "b", [5.0] * 8, out=100)}
+    t1 = make_task(1, {"a": ("A", (), S.READY)}, arrival_s=990.0)
+    t2 = make_task(2, {"b": ("B", (), S.READY), "b2": ("B", ("b",), S.PENDING)},
+                   arrival_s=950.0)
+    r1 = make_request(1, t1, "a", prompt, 3000, running=True, generated=10, ready_s=990.0)
+    r2 = make_request(2, t2, "b", 1000, 3000, ready_s=950.0)
+    prefixes = [make_prefix("A", 3000, True, users=1), make_prefix("B", 3000, False)]
+    budget = 3000 + prompt + 10 + 1000 + 3000 // 2
+    return make_snapshot(time_s=1000.0, budget=budget, prefixes=prefixes, running=[r1],
+                         waiting=[r2], tasks=[t1, t2], hist=hist)
+
+
+def test_engine_redo_cost_counts_the_prompt_prefill_a_preemption_throws_away():
+    """SGLang-style preemption in this engine re-runs the request: its prompt is prefilled
+    again.  Charging only the re-decode (the paper's T_decode * y_r, ~0.5 s) lets TOPAS
+    preempt a request whose 12k-token prompt was just prefilled for a ~2 s gain; charging
+    the engine's real redo (~5 s) stops it; with a short prompt both preempt."""
+    params = dict(H_age=10.0)
+    dec, ch = decide("topas", long_prompt_state(12000), redo_cost="decode", **params)
+    assert dec.preempt == (1,) and dec.admit == (2,)
+    dec, ch = decide("topas", long_prompt_state(12000), **params)
+    assert dec.preempt == () and dec.admit == ()
+    dec, ch = decide("topas", long_prompt_state(1000), **params)
+    assert dec.preempt == (1,) and dec.admit == (2,)

@@ -14,7 +14,9 @@ At every event TOPAS chooses a post-decision state ``S' = (R', Q')`` maximising
   of the prefix; ``c_out`` is ``mu * l_a / B_swap`` when evicting needs a transfer (a host tier
   and no host copy yet), else 0 (**choice**: a free drop costs no link time).
 * ``J_redo = sum_{r in P} T_decode * y_r(t)`` (SGLang re-decode; ``T_decode`` = one decode
-  step of the current batch), or the prefill time of prompt + generated tokens (vLLM).
+  step of the current batch) plus, by default (``redo_cost="engine"``, **choice**), the prefill
+  time of the prompt tokens already prefilled, which this engine also redoes; or the prefill
+  time of prompt + generated tokens (vLLM).
 * ``J_revoke = sum_{r in P} lambda_r``: the credit recorded at admission
   (``Decision.credit`` -> ``RequestState.credit_s``).
 * ``V_reuse = beta * sum_{a in R'} n_a(t) * mu * l_a / B_swap``: one-hop look-ahead.
@@ -86,7 +88,11 @@ class Topas:
     service times, the spec's choice); ``n_samples`` -- Monte Carlo rows ``S``;
     ``reserve_ratio`` -- KV headroom for expected remaining output (as ``AdmissionPlan``);
     ``reuse`` / ``aging`` / ``move`` / ``redo`` / ``revoke`` -- switch a Score term off
-    (ablations).
+    (ablations); ``redo_cost`` -- what ``J_redo`` charges for a preemption: ``"engine"``
+    (default, **choice**: the work this engine really redoes -- under SGLang semantics the
+    prompt tokens already prefilled plus the generated tokens decoded again, under vLLM's the
+    prefill of prompt + generated) or ``"decode"`` (the paper's ``T_decode * y_r`` only,
+    which assumes the prompt's KV survives the preemption).
     """
 
     def __init__(self, seed: int = 0, M: int = DEFAULTS["M"], K: int = DEFAULTS["K"],
@@ -95,7 +101,8 @@ class Topas:
                  reserve_ratio: float = 0.5, reuse: bool = True, aging: bool = True,
                  move: bool = True, redo: bool = True, revoke: bool = True,
                  min_gain_s: float = DEFAULTS["min_gain_s"],
-                 joint_gain: bool = DEFAULTS["joint_gain"], name: str = "topas") -> None:
+                 joint_gain: bool = DEFAULTS["joint_gain"], redo_cost: str = "engine",
+                 name: str = "topas") -> None:
         if M < 0 or K < 1:
             raise ValueError(f"topas: M={M} must be >= 0 and K={K} >= 1")
         if beta < 0 or rho < 0:
@@ -104,6 +111,9 @@ class Topas:
             raise ValueError(f"topas: H_age={H_age} must be > 0 seconds or None")
         if min_gain_s < 0:
             raise ValueError(f"topas: min_gain_s={min_gain_s} must be >= 0 seconds")
+        if redo_cost not in ("engine", "decode"):
+            raise ValueError(f"topas: redo_cost={redo_cost!r} must be 'engine' or 'decode'")
+        self.redo_cost = redo_cost
         self.min_gain_s = min_gain_s
         self.joint_gain = joint_gain
         self.name = name
@@ -370,12 +380,17 @@ class _Context:
                 ctx_tok += r.prefix_tokens + r.prompt_tokens + r.generated_tokens
             t_dec = cost.decode_step_time(len(running), ctx_tok)
             vllm = snap.config.preemption == "vllm"
+            engine_redo = pol.redo_cost == "engine"
             for r in running:
                 if vllm:
                     n = r.prompt_tokens + r.generated_tokens
                     self.redo[r.request_id] = cost.prefill_time(n, r.prefix_tokens) if n else 0.0
                 else:
-                    self.redo[r.request_id] = t_dec * r.generated_tokens
+                    redo = t_dec * r.generated_tokens
+                    if engine_redo and r.prefilled_tokens:
+                        # SGLang-style re-run: the prompt is prefilled again too
+                        redo += cost.prefill_time(r.prefilled_tokens, r.prefix_tokens)
+                    self.redo[r.request_id] = redo
                 self.release[r.request_id] = r.kv_tokens + reserve(r)
         # prefix move costs (s)
         self.c_in, self.c_out = pol._move_costs(snap, self.active)
