@@ -77,3 +77,14 @@ def test_workloads_show(capsys):
     assert main(["workloads", "show", "metagpt-tl"]) == 0
     text = capsys.readouterr().out
     assert "TeamLeader-revisit" in text and "prefix tokens" in text
+
+
+def test_policy_params_reach_the_policy(capsys):
+    base = ["run", "--workload", "toy-chain", "--tasks", "6", "--seed", "2", "--json",
+            "--policy", "topas"]
+    assert main(base + ["--param", "rho=0.0", "--param", "redo_cost=decode"]) == 0
+    capsys.readouterr()
+    assert main(base + ["--param", "redo_cost=nope"]) == 2
+    assert "redo_cost='nope'" in capsys.readouterr().err
+    assert main(base + ["--param", "novalue"]) == 2
+    assert "expected KEY=VALUE" in capsys.readouterr().err

@@ -41,6 +41,21 @@ def _progress(total: int, label: str, enabled: bool):
         yield lambda n: prog.advance(tid, n)
 
 
+def _policy_params(args) -> dict:
+    """``--param KEY=VALUE`` pairs; values are read as JSON (numbers, true/false, null) when
+    they parse, else kept as strings."""
+    out: dict = {}
+    for item in args.param or []:
+        key, sep, val = item.partition("=")
+        if not sep or not key:
+            raise CliError(f"--param {item!r}: expected KEY=VALUE")
+        try:
+            out[key] = json.loads(val)
+        except json.JSONDecodeError:
+            out[key] = val
+    return out
+
+
 def _run_one(args, policy: str, tasks=None, quiet: bool = False):
     from topas.api import sample_tasks, simulate
     from topas.metrics import summarize
@@ -52,6 +67,7 @@ def _run_one(args, policy: str, tasks=None, quiet: bool = False):
     with _progress(total, f"{policy} on {args.workload}", show) as adv:
         res = simulate(args.workload, policy, rate=args.rate, n_tasks=args.tasks, seed=args.seed,
                        profile=args.profile, tasks=tasks, progress=adv,
+                       policy_params=_policy_params(args),
                        preemption=args.preemption, host_tier=not args.no_host_tier,
                        kv_budget_tokens=args.kv_budget)
     return res, summarize(res)
@@ -208,6 +224,8 @@ def _add_sim_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-budget", type=int, default=None, help="override the KV budget (tokens)")
     p.add_argument("--no-host-tier", action="store_true", help="no host swap tier: evicted "
                    "prefixes are recomputed")
+    p.add_argument("--param", action="append", metavar="KEY=VALUE", help="a policy "
+                   "parameter, e.g. --param rho=0.5 --param redo_cost=decode (repeatable)")
     p.add_argument("--out", default=None, help="write per-task/request CSVs and summary here")
     p.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
 
