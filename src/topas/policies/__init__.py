@@ -7,8 +7,7 @@ file.  ``make_policy(name, seed=..., **params)`` builds a fresh instance for one
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
+from topas._plugins import import_submodules
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,7 +25,6 @@ class PolicyInfo:
 
 
 _REGISTRY: dict[str, PolicyInfo] = {}
-_loaded = False
 
 
 def register(name: str, summary: str, source: str = "") -> Callable:
@@ -43,13 +41,7 @@ def register(name: str, summary: str, source: str = "") -> Callable:
 
 
 def _load_all() -> None:
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for m in pkgutil.iter_modules(__path__):
-        if not m.name.startswith("_") and m.name != "base":
-            importlib.import_module(f"{__name__}.{m.name}")
+    import_submodules(__name__, __path__, skip=("base",))
 
 
 def list_policies() -> list[PolicyInfo]:

@@ -12,8 +12,7 @@ path to a workload file (see docs/workloads.md).
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
+from topas._plugins import import_submodules
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -34,7 +33,6 @@ class Workload(Protocol):
 
 
 _REGISTRY: dict[str, Callable[[], Workload]] = {}
-_loaded = False
 #: loaders for workload files by suffix, filled in by the module that implements the format
 FILE_LOADERS: dict[str, Callable[[Path], Workload]] = {}
 
@@ -48,13 +46,7 @@ def register(name: str) -> Callable:
 
 
 def _load_all() -> None:
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for m in pkgutil.iter_modules(__path__):
-        if not m.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{m.name}")
+    import_submodules(__name__, __path__, skip=())
 
 
 def list_workloads() -> list[str]:
