@@ -7,11 +7,14 @@ decoding request.  Its time is
                          bytes / (hbm_bytes_per_s * memory_eff))
 
     flops = 2 * params * (prefill_tokens + decode_requests)        (weights GEMMs)
-          + 4 * layers * q_heads * head_dim * attn_pairs           (QK^T and AV)
+          + 4 * layers * q_heads * head_dim * attn_pairs / attn_eff (QK^T and AV)
     bytes = weight_bytes + mu * kv_read_tokens                      (weights + KV reads)
 
 where ``attn_pairs`` counts (query token, key token) pairs and ``kv_read_tokens`` the KV
 tokens read (decode: every request reads its whole context, its agent prefix included).
+``attn_eff`` (default 1.0) is the attention kernels' achieved fraction of the GEMM FLOP rate:
+1.0 on GPUs where both are tensor-core bound; far below 1 on a CPU backend, where a few new
+tokens attending to a long cached prefix cost much more than their FLOP count suggests.
 ``mu`` (bytes per KV token) = 2 (K and V) * layers * kv_heads * head_dim * kv_dtype_bytes.
 A prefix transfer over the host link takes ``mu * tokens / swap_bytes_per_s`` (``B_swap``).
 
@@ -39,6 +42,8 @@ class Hardware:
     memory_eff: float = 0.8  #: achieved fraction of HBM bandwidth
     overhead_s: float = 0.004  #: fixed per-iteration cost (scheduling, kernel launches, sampling)
     source: str = ""
+    #: achieved fraction of the GEMM FLOP rate in attention (QK^T, AV); 1.0 = same rate
+    attn_eff: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +106,11 @@ class CostModel:
         self.model = model
         self.mu = model.kv_bytes_per_token
         self._c_lin = 2.0 * model.params
-        self._c_attn = 4.0 * model.layers * model.q_heads * model.head_dim
+        if not hardware.attn_eff > 0:
+            raise ValueError(f"hardware {hardware.name!r}: attn_eff {hardware.attn_eff} must be > 0")
+        # folding 1/attn_eff into the per-pair FLOP count keeps iteration_time and the
+        # closed-form decode arms (which both use _c_attn) consistent
+        self._c_attn = 4.0 * model.layers * model.q_heads * model.head_dim / hardware.attn_eff
         self._flop_rate = hardware.peak_flops * hardware.compute_eff
         self._byte_rate = hardware.hbm_bytes_per_s * hardware.memory_eff
         self._w_bytes = model.weight_bytes
