@@ -107,7 +107,8 @@ class CostModel:
         self.mu = model.kv_bytes_per_token
         self._c_lin = 2.0 * model.params
         if not hardware.attn_eff > 0:
-            raise ValueError(f"hardware {hardware.name!r}: attn_eff {hardware.attn_eff} must be > 0")
+            raise ValueError(f"hardware {hardware.name!r}: attn_eff {hardware.attn_eff} "
+                             "must be > 0")
         # folding 1/attn_eff into the per-pair FLOP count keeps iteration_time and the
         # closed-form decode arms (which both use _c_attn) consistent
         self._c_attn = 4.0 * model.layers * model.q_heads * model.head_dim / hardware.attn_eff
