@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from topas.engine.cost import CostModel, Hardware
+from topas.engine.cost import CostModel, Hardware, ModelShape
 from topas.integrations.vllm.calibrate import fit, measure
 from topas.integrations.vllm.tiny_model import SHAPE
-from topas.engine.cost import ModelShape
 
 PARAMS = 4_458_752.0
 SHAPE_T = ModelShape(params=PARAMS, **SHAPE)
