@@ -64,6 +64,12 @@ def best_ttl_s(samples: Sequence[float], benefit_s: float, cost_rate: float,
     return best_tau
 
 
+def reload_s(snap: Snapshot, h: HeldContext) -> float:
+    """Seconds to prefill the context ``h`` again if it is not held."""
+    prefix = snap.prefixes[h.agent].tokens
+    return snap.cost.prefill_time(h.tokens, prefix) if h.tokens > 0 else 0.0
+
+
 @register("continuum", "Continuum: program-level FCFS; keep a call's KV through its tool "
           "call for a TTL set by reload + queueing saved vs memory held; LRU eviction",
           source="Continuum (Li et al., arXiv 2511.02230)")
@@ -121,13 +127,16 @@ class Continuum:
 
     # -- the TTL ----------------------------------------------------------------------------
     def ttl_s(self, snap: Snapshot, h: HeldContext) -> float:
-        """Continuum's ``tau*`` for the context ``h`` (0 means: do not pin)."""
-        prefix = snap.prefixes[h.agent].tokens
-        reload_s = snap.cost.prefill_time(h.tokens, prefix) if h.tokens > 0 else 0.0
+        """Continuum's ``tau*`` for the context ``h`` (0 means: do not pin): the benefit of
+        a hit is the reload it saves plus the queueing a re-admission would see."""
         now = snap.time_s
         queue_s = (sum(now - r.ready_s for r in snap.waiting) / len(snap.waiting)
                    if snap.waiting else 0.0)
-        benefit_s = reload_s + queue_s
+        return self.ttl_for_benefit(snap, h, reload_s(snap, h) + queue_s)
+
+    def ttl_for_benefit(self, snap: Snapshot, h: HeldContext, benefit_s: float) -> float:
+        """The TTL maximising ``P(T <= tau) * benefit_s - cost_rate * E[min(T, tau)]`` over
+        the tool durations learned for ``h``'s (agent, stage kind)."""
         cost_rate = self.memory_weight * h.tokens / snap.kv_budget_tokens
         task = snap.tasks.get(h.task_id)
         kind = task.stages[h.stage].kind if task is not None else ""

@@ -44,10 +44,14 @@ class SPF:
         rem = self.remaining_s(snap)
         return sorted(snap.waiting, key=lambda r: (rem[r.task_id], r.ready_s, r.seq))
 
-    def decide(self, snap: Snapshot) -> Decision:
+    def tick(self, snap: Snapshot) -> None:
+        """Per-decision bookkeeping: keep the estimator's per-task cache bounded."""
         self._decisions += 1
-        if self._decisions % 256 == 0:  # bounded cache on long runs
+        if self._decisions % 256 == 0:
             self.estimator.forget_finished(snap.tasks)
+
+    def decide(self, snap: Snapshot) -> Decision:
+        self.tick(snap)
         if not snap.waiting:
             return Decision()
         plan = AdmissionPlan(snap, self.reserve_ratio)

@@ -67,9 +67,7 @@ class SRPTContentionAware(SPF):
                 for r in snap.waiting}
 
     def decide(self, snap: Snapshot) -> Decision:
-        self._decisions += 1
-        if self._decisions % 256 == 0:  # bounded cache on long runs
-            self.estimator.forget_finished(snap.tasks)
+        self.tick(snap)
         if not snap.waiting:
             return Decision()
         rem = self.remaining_s(snap)

@@ -34,7 +34,7 @@ from topas.engine.decision import Decision
 from topas.engine.snapshot import RequestState, Snapshot, StageStatus
 from topas.policies import register
 from topas.policies.base import AdmissionPlan
-from topas.policies.continuum import Continuum, best_ttl_s
+from topas.policies.continuum import Continuum, reload_s
 from topas.policies.topas import Topas
 
 
@@ -53,17 +53,8 @@ class TopasHold(Topas):
     def ttl_s(self, snap: Snapshot, key: tuple[int, str]) -> float:
         """TTL (s) to hold the offered context ``key``; 0 means do not hold."""
         h = snap.held[key]
-        tools = self.tools
-        prefix = snap.prefixes[h.agent].tokens
-        reload_s = snap.cost.prefill_time(h.tokens, prefix) if h.tokens > 0 else 0.0
-        cost_rate = tools.memory_weight * h.tokens / snap.kv_budget_tokens
-        task = snap.tasks.get(h.task_id)
-        kind = task.stages[h.stage].kind if task is not None else ""
-        xs = tools.samples.get((h.agent, kind), ())
-        if len(xs) >= tools.min_samples:
-            return best_ttl_s(xs, reload_s, cost_rate, tools.max_ttl_s)
-        # cold start, T ~ Exp(mean m): utility (1 - e^{-tau/m}) (reload - cost_rate m)
-        return tools.max_ttl_s if reload_s > cost_rate * tools.cold_mean_s else 0.0
+        # only the re-prefill a hit saves: TOPAS's own admission decides when the call runs
+        return self.tools.ttl_for_benefit(snap, h, reload_s(snap, h))
 
     # -- the decision -----------------------------------------------------------------------
     def decide(self, snap: Snapshot) -> Decision:
