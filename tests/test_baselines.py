@@ -10,6 +10,7 @@ import math
 
 import pytest
 
+from kv_checks import assert_kv_accounted
 from topas.engine.cost import DEFAULT_PROFILE, get_profile
 from topas.engine.decision import Decision
 from topas.engine.simulator import Simulator
@@ -301,10 +302,7 @@ def _react_run(policy: str, tool_s: float, **params):
     def watch(s: Snapshot, d: Decision) -> None:
         # every KV token in use belongs to a resident prefix, a running call or a live pin
         # (an expired pin must give its memory back)
-        live = sum(p.tokens for p in s.prefixes.values() if p.location == Location.DEVICE)
-        live += sum(r.kv_tokens for r in s.running)
-        live += sum(h.tokens for h in s.held.values() if h.expires_s > s.time_s)
-        assert s.used_kv_tokens == live
+        assert_kv_accounted(s)
         for r in s.waiting:
             if r.round_index > 0:
                 h = s.held.get((r.task_id, r.stage))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kv_checks import assert_kv_accounted
 from topas.engine.snapshot import StageStatus as S
 from topas.policies import make_policy
 
@@ -77,7 +78,6 @@ def react_run(policy: str, tool_s: float, rounds: int = 3, budget: int | None = 
     running call or a live held context."""
     from topas.engine.cost import DEFAULT_PROFILE, get_profile
     from topas.engine.simulator import Simulator
-    from topas.engine.snapshot import Location
     from topas.workflow.model import Agent, Call, Stage, Task
 
     agents = {"w": Agent("w", 1000)}
@@ -87,10 +87,7 @@ def react_run(policy: str, tool_s: float, rounds: int = 3, budget: int | None = 
     held_at_return = []
 
     def watch(s, d) -> None:
-        live = sum(p.tokens for p in s.prefixes.values() if p.location == Location.DEVICE)
-        live += sum(r.kv_tokens for r in s.running)
-        live += sum(h.tokens for h in s.held.values() if h.expires_s > s.time_s)
-        assert s.used_kv_tokens == live
+        assert_kv_accounted(s)
         for r in s.waiting:
             if r.round_index > 0:
                 h = s.held.get((r.task_id, r.stage))

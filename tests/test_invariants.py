@@ -2,7 +2,8 @@
 
 On random small workloads (random DAGs, ReAct rounds, tool delays, prefix sizes, KV budgets,
 block sizes, preemption semantics, with or without a host tier): the KV budget is never
-exceeded, every request completes exactly once, every task completes, every JCT is at least
+exceeded and every used token is accounted for at every decision, every request completes
+exactly once, every task completes, every JCT is at least
 its lower bound, and the same seed gives identical results.
 """
 
@@ -14,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kv_checks import assert_kv_accounted
 from topas.engine.cost import get_profile
 from topas.engine.simulator import Simulator
 from topas.policies import list_policies, make_policy
@@ -55,6 +57,7 @@ def scenarios(draw):
 def _run(policy: str, sc: dict):
     sim = Simulator(sc["tasks"], {a.name: a for a in sc["agents"]}, PROFILE,
                     make_policy(policy, seed=sc["seed"]), seed=sc["seed"],
+                    on_decision=lambda snap, dec: assert_kv_accounted(snap),
                     kv_budget_tokens=sc["budget"], block_size=sc["block"],
                     preemption=sc["preemption"], host_tier=sc["host"])
     return sim.run()
