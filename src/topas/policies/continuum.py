@@ -31,7 +31,6 @@ Terms here, all in seconds (our choices where the paper's summary is not specifi
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Sequence
 
 from topas.engine.decision import Decision

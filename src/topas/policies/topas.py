@@ -39,7 +39,7 @@ from topas.engine.decision import Decision
 from topas.engine.snapshot import Location, Phase, RequestState, Snapshot, StageStatus
 from topas.estimators import EmpiricalResidual, MonteCarloLP, TrueResidual
 from topas.policies import register
-from topas.policies.base import AdmissionPlan, expected_call_output
+from topas.policies.base import expected_call_output
 
 #: defaults chosen by benchmarks/sweep_topas.py (see docs/topas.md)
 DEFAULTS = dict(M=6, K=2, beta=10.0, rho=0.25, H_age=None, min_gain_s=1e-3, joint_gain=True)
