@@ -160,10 +160,8 @@ def test_end_to_end_tiny_writes_report_atomically_and_resumes(tmp_path, monkeypa
         replaced.append((str(src), str(dst)))
         return real_replace(src, dst)
 
+    # every report file (text and PNG) goes through summary.atomic_write_bytes
     monkeypatch.setattr(summary_mod.os, "replace", spy)
-    import topas.metrics.plots as plots_mod
-
-    monkeypatch.setattr(plots_mod.os, "replace", spy)
 
     # other engineers may edit sources while this runs: pin the code version
     monkeypatch.setattr(R, "code_version", lambda: "v1")

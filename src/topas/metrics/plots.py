@@ -7,12 +7,12 @@ matplotlib is imported inside the functions: ``topas --help`` must not pay for i
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+
+from topas.metrics.summary import atomic_write_bytes
 
 #: one colour per policy, the same in every figure; TOPAS variants in warm colours
 _COLORS = {
@@ -36,19 +36,13 @@ def _plt():
     return plt
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Binary twin of :func:`topas.metrics.summary.atomic_write_text` (temp file + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+def _panel_grid(n: int):
+    """A figure with ``n`` panels, at most three per row (unused cells are switched off by
+    the caller)."""
+    plt = _plt()
+    cols = min(n, 3)
+    rows = (n + cols - 1) // cols
+    return plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
 
 
 def _save(fig, path: Path) -> Path:
@@ -91,11 +85,7 @@ def load_sweep(path: Path, title: str, mean_jct: Series, p99_jct: Series,
 def ratio_sweep(path: Path, panels: Mapping[str, Series]) -> Path:
     """Distance to the limit: mean JCT / mean lower bound against rate, one panel per
     workload.  1 is an empty engine (every task runs its critical path alone)."""
-    plt = _plt()
-    n = len(panels)
-    cols = min(n, 3)
-    rows = (n + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    fig, axes = _panel_grid(len(panels))
     for ax, (wl, series) in zip(axes.flat, panels.items()):
         for pol, pts in series.items():
             x, m, sd = (np.array(v, dtype=float) for v in zip(*sorted(pts)))
@@ -107,7 +97,7 @@ def ratio_sweep(path: Path, panels: Mapping[str, Series]) -> Path:
         ax.set_ylabel("mean JCT / mean lower bound")
         ax.set_yscale("log")
         ax.grid(alpha=0.3, which="both")
-    for ax in list(axes.flat)[n:]:
+    for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     list(axes.flat)[0].legend(fontsize=7, ncol=2)
     fig.tight_layout()
@@ -117,11 +107,7 @@ def ratio_sweep(path: Path, panels: Mapping[str, Series]) -> Path:
 def jct_cdf(path: Path, panels: Mapping[str, Mapping[str, Sequence[float]]],
             subtitle: Mapping[str, str] | None = None) -> Path:
     """Empirical CDF of task JCT (all seeds pooled), one panel per workload."""
-    plt = _plt()
-    n = len(panels)
-    cols = min(n, 3)
-    rows = (n + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    fig, axes = _panel_grid(len(panels))
     for ax, (wl, by_pol) in zip(axes.flat, panels.items()):
         for pol, jcts in by_pol.items():
             x = np.sort(np.asarray(jcts, dtype=float))
@@ -135,7 +121,7 @@ def jct_cdf(path: Path, panels: Mapping[str, Mapping[str, Sequence[float]]],
         ax.set_ylabel("fraction of tasks")
         ax.set_xscale("log")
         ax.grid(alpha=0.3, which="both")
-    for ax in list(axes.flat)[n:]:
+    for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     list(axes.flat)[0].legend(fontsize=7)
     fig.tight_layout()
