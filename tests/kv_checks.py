@@ -13,3 +13,14 @@ def assert_kv_accounted(s: Snapshot) -> None:
     live += sum(h.tokens for h in s.held.values() if h.expires_s > s.time_s)
     assert s.used_kv_tokens == live, (s.time_s, s.used_kv_tokens, live)
     assert 0 <= s.used_kv_tokens <= s.kv_budget_tokens
+    # a prefix's users are its admitted requests and its live held contexts, and a prefix
+    # with users is resident (a held context continues its prefix's KV)
+    users: dict[str, int] = {}
+    for r in s.running:
+        users[r.agent] = users.get(r.agent, 0) + 1
+    for h in s.held.values():
+        if h.expires_s > s.time_s:
+            users[h.agent] = users.get(h.agent, 0) + 1
+    for a, p in s.prefixes.items():
+        assert p.users == users.get(a, 0), (s.time_s, a, p.users, users.get(a, 0))
+        assert p.users == 0 or p.location == Location.DEVICE, (s.time_s, a, p.location)

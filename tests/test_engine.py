@@ -221,6 +221,39 @@ def test_react_stage_tool_delay_and_held_context():
     assert held.tasks[0].jct_s < plain.tasks[0].jct_s
 
 
+def test_held_context_keeps_its_prefix_resident():
+    """A held context continues its prefix's KV (radix-tree child, hash-chained blocks): while
+    it is held the prefix counts a user and cannot be evicted; released, it can."""
+    P = 1000
+    task = Task(0, 0.0, (Stage("s", "A", (Call(500, 100, 5.0), Call(800, 50))),))
+    seen = []
+
+    class HoldThenEvict:
+        name = "hold-then-evict"
+
+        def __init__(self, release: bool):
+            self.fcfs = make_policy("fcfs", reserve_ratio=0.0)
+            self.release = release
+
+        def decide(self, snap):
+            d = self.fcfs.decide(snap)
+            offered = {k for k, h in snap.held.items() if h.expires_s <= snap.time_s}
+            live = tuple(k for k, h in snap.held.items() if h.expires_s > snap.time_s)
+            if offered:
+                return Decision(admit=d.admit, hold={k: snap.time_s + 10.0 for k in offered})
+            p = snap.prefixes["A"]
+            if live and p.location == Location.DEVICE and not snap.running:
+                seen.append(p.users)
+                return Decision(evict=("A",), release=live if self.release else ())
+            return d
+
+    with pytest.raises(DecisionError, match="held contexts use"):
+        run([task], [Agent("A", P)], policy=HoldThenEvict(release=False))
+    assert seen == [1]  # the held context is the prefix's one user
+    _, res = run([task], [Agent("A", P)], policy=HoldThenEvict(release=True))
+    assert len(res.requests) == 2  # releasing the context frees the prefix for eviction
+
+
 def test_engine_evicts_idle_prefix_before_preempting_on_decode_oom():
     """Decode runs out of KV while an idle prefix is resident: the engine drops the idle
     prefix (LRU) rather than preempting the running request."""

@@ -373,9 +373,15 @@ class Simulator:
                 raise self._bad(f"evicts prefix {a!r}, which is not resident")
             if p.transfer == "in":
                 raise self._bad(f"evicts prefix {a!r} while it is being swapped in")
-            users = p.users - sum(1 for r in d.preempt if self.running[r].req.agent == a)
+            # a held context needs its prefix (a radix-tree child / a hash-chained block)
+            users = (p.users - sum(1 for r in d.preempt if self.running[r].req.agent == a)
+                     - sum(1 for k in d.release if self.held[k].agent == a
+                           and self.held[k].expires_s > self.now)
+                     + sum(1 for k, until in d.hold.items() if self.held[k].agent == a
+                           and until > self.now >= self.held[k].expires_s))
             if users > 0 or a in admit_agents or a in self.prefix_jobs:
-                raise self._bad(f"evicts prefix {a!r}, which admitted requests use")
+                raise self._bad(f"evicts prefix {a!r}, which admitted requests or held "
+                                "contexts use")
 
         # feasibility: compute the post-decision footprint before changing anything
         # held contexts after the decision: (tokens, still held?)
@@ -420,7 +426,9 @@ class Simulator:
             self._evict_prefix(a)
         for key, until in d.hold.items():
             h = self.held[key]
-            self.used_kv += ((until > self.now) - (h.expires_s > self.now)) * h.tokens
+            change = (until > self.now) - (h.expires_s > self.now)
+            self.used_kv += change * h.tokens
+            self.prefixes[h.agent].users += change  # a held context keeps its prefix
             self.held[key] = HeldContext(h.task_id, h.stage, h.agent, h.tokens, h.since_s, until)
             if until > self.now:
                 self._push(until, _HOLD, key)
@@ -542,6 +550,7 @@ class Simulator:
         if h is not None:
             if h.expires_s > self.now:
                 self.used_kv -= h.tokens
+                p.users -= 1  # the held context's claim on the prefix passes to the request
             r.cached_tokens = min(h.tokens, r.prompt_tokens - 1)
         r.kv_tokens = self._blocks(base)
         self.used_kv += r.kv_tokens
@@ -655,6 +664,7 @@ class Simulator:
         h = self.held.pop(key)
         if h.expires_s > self.now:
             self.used_kv -= h.tokens
+            self.prefixes[h.agent].users -= 1
 
     # ------------------------------------------------------------------ events
     def _handle(self, kind: int, payload) -> None:
@@ -689,6 +699,7 @@ class Simulator:
                 # contexts whose expiry is still in the future
                 del self.held[payload]
                 self.used_kv -= h.tokens
+                self.prefixes[h.agent].users -= 1
                 self._note("hold-expiry")
 
     def _pop_due(self) -> bool:

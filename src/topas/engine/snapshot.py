@@ -142,8 +142,9 @@ class TaskState:
 
 
 class PrefixState:
-    """An agent prefix.  ``users`` counts admitted requests that need it resident (a prefix
-    with users cannot be evicted).  ``transfer`` is ``"in"``/``"out"`` while a swap is under
+    """An agent prefix.  ``users`` counts admitted requests and held contexts that need it
+    resident (a prefix with users cannot be evicted: a held context's KV continues the
+    prefix's, as a radix-tree child or a hash-chained block does).  ``transfer`` is ``"in"``/``"out"`` while a swap is under
     way (its tokens count against the budget until a swap-out completes)."""
 
     __slots__ = ("agent", "tokens", "location", "on_host", "transfer", "last_used_s",

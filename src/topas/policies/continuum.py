@@ -163,8 +163,9 @@ class Continuum:
             if h.expires_s > now:
                 continue
             tau = self.ttl_s(snap, h)
-            if tau > 0 and h.tokens <= plan.free:
+            if tau > 0 and h.tokens <= plan.free and h.agent in plan.resident:
                 plan.free -= h.tokens
+                plan.needed.add(h.agent)  # a held context keeps its prefix resident
                 new_pins[key] = (now + tau + self.slack_s, h.tokens)
         # pins that may be undone under pressure: their stage is still in its tool call
         old_pins = {key: h.tokens for key, h in snap.held.items()

@@ -133,6 +133,8 @@ class TopasHold(Topas):
                 continue
             if blocked is not None and not extra and arrival(key[0]) > arrival(blocked.task_id):
                 continue  # memory is short for an older task
+            if h.agent not in plan.resident:
+                continue  # TOPAS evicts its prefix: the context would be unusable
             tau = self.ttl_s(snap, key)
             if tau > 0 and h.tokens <= plan.free:
                 plan.free -= h.tokens
