@@ -102,7 +102,7 @@ class Topas:
                  move: bool = True, redo: bool = True, revoke: bool = True,
                  min_gain_s: float = DEFAULTS["min_gain_s"],
                  joint_gain: bool = DEFAULTS["joint_gain"], redo_cost: str = "engine",
-                 name: str = "topas") -> None:
+                 revoke_value: str = "credit", name: str = "topas") -> None:
         if M < 0 or K < 1:
             raise ValueError(f"topas: M={M} must be >= 0 and K={K} >= 1")
         if beta < 0 or rho < 0:
@@ -113,7 +113,11 @@ class Topas:
             raise ValueError(f"topas: min_gain_s={min_gain_s} must be >= 0 seconds")
         if redo_cost not in ("engine", "decode"):
             raise ValueError(f"topas: redo_cost={redo_cost!r} must be 'engine' or 'decode'")
+        if revoke_value not in ("credit", "current"):
+            raise ValueError(f"topas: revoke_value={revoke_value!r} must be 'credit' or "
+                             "'current'")
         self.redo_cost = redo_cost
+        self.revoke_value = revoke_value
         self.min_gain_s = min_gain_s
         self.joint_gain = joint_gain
         self.name = name
@@ -361,12 +365,14 @@ class _Context:
         self.free0 = snap.free_kv_tokens - sum(reserve(r) for r in running)
         self.resident0 = frozenset(a for a, p in prefixes.items()
                                    if p.location == Location.DEVICE)
-        # a prefix being swapped in or recomputed cannot be evicted this decision
-        self.pinned = frozenset(a for a in self.resident0
-                                if prefixes[a].transfer in ("in", "compute"))
         self.running_by_agent: dict[str, list[RequestState]] = {}
         for r in running:
             self.running_by_agent.setdefault(r.agent, []).append(r)
+        # a prefix being swapped in or recomputed, or one a held context continues (users
+        # beyond its running requests), cannot be evicted this decision
+        self.pinned = frozenset(a for a in self.resident0
+                                if prefixes[a].transfer in ("in", "compute")
+                                or prefixes[a].users > len(self.running_by_agent.get(a, ())))
         waiting_agents = {r.agent for r in snap.waiting}
         self.active = set(self.resident0) | set(self.running_by_agent) | waiting_agents
         self.defer_s = pol.deferral_s(snap, out_mean)
@@ -392,6 +398,18 @@ class _Context:
                         redo += cost.prefill_time(r.prefilled_tokens, r.prefix_tokens)
                     self.redo[r.request_id] = redo
                 self.release[r.request_id] = r.kv_tokens + reserve(r)
+        # J_revoke per running request: the recorded credit, or (revoke_value="current") at
+        # least the aged gain the request would have if it were waiting now, g_i(t) * D_t
+        self.revoke: dict[int, float] = {}
+        if running and pol.use_revoke:
+            cur = pol.revoke_value == "current"
+            for r in running:
+                v = r.credit_s
+                if cur:
+                    ts = snap.tasks.get(r.task_id)
+                    w = pol.age_weight(snap, ts.arrival_s, h_age) if ts is not None else 1.0
+                    v = max(v, w * self.defer_s)
+                self.revoke[r.request_id] = v
         # prefix move costs (s)
         self.c_in, self.c_out = pol._move_costs(snap, self.active)
         # V_reuse weight per agent: beta * n_a * mu * l_a / B_swap
@@ -590,7 +608,7 @@ class _Context:
                     if pol.use_redo:
                         lost += self.redo[r.request_id]
                     if pol.use_revoke:
-                        lost += r.credit_s
+                        lost += self.revoke[r.request_id]
         if n_pre > pol.K:
             return -math.inf
         gains: list[float] = []
@@ -668,7 +686,7 @@ class _Context:
                resident: set[str], j_admit: float, credit: list[tuple[int, float]],
                done: set[int]) -> Choice:
         """The Score terms (seconds) of a packed state."""
-        pol, snap = self.pol, self.snap
+        pol = self.pol
         r_in = resident - self.resident0
         t_in = {c.task_id for c in self.cands if c.agent in r_in and c.req.request_id in done}
         j_move = 0.0
@@ -678,8 +696,7 @@ class _Context:
         j_redo = sum(self.redo[r] for r in preempt) if pol.use_redo else 0.0
         j_revoke = 0.0
         if pol.use_revoke and preempt:
-            by_id = {r.request_id: r for r in snap.running}
-            j_revoke = sum(by_id[r].credit_s for r in preempt)
+            j_revoke = sum(self.revoke[r] for r in preempt)
         v_reuse = sum(self.reuse.get(a, 0.0) for a in resident)
         score = j_admit - j_move - j_redo - j_revoke + v_reuse
         return Choice(score, tuple(admitted), tuple(preempt), tuple(sorted(evict)),
