@@ -40,9 +40,9 @@ def _run(eng, limit=2000, admitted=None):
     raise AssertionError("engine did not drain")
 
 
-def _req(eng, key, agent, prefix, dyn, out=4, task=None, stage="s"):
+def _req(eng, key, agent, prefix, dyn, out=4, task=None, stage="s", final=None):
     prompt = prefix_ids(agent, prefix, 4096) + stage_stream(hash(key) % 10**6, stage, dyn, 4096, 0)
-    tag = make_tag(task=task or key, stage=stage, agent=agent, prefix_tokens=prefix)
+    tag = make_tag(task=task or key, stage=stage, agent=agent, prefix_tokens=prefix, final=final)
     _submit(eng, key, prompt, out, tag)
 
 
@@ -224,3 +224,65 @@ def test_tiny_model_is_seeded(tmp_path, tiny_model):
 
     assert digest(build_tiny_model(tmp_path / "same", seed=0)) == digest(tiny_model)
     assert digest(build_tiny_model(tmp_path / "other", seed=1)) != digest(tiny_model)
+
+
+class _HoldAll:
+    """A test policy: FCFS admission; hold every offered context for a minute (or never)."""
+
+    name = "hold-all"
+
+    def __init__(self, hold: bool):
+        from topas.policies import make_policy
+        self.inner = make_policy("fcfs")
+        self.hold = hold
+        self.offered: list = []
+
+    def decide(self, snap):
+        d = self.inner.decide(snap)
+        new = {k: h for k, h in snap.held.items() if h.expires_s <= snap.time_s}
+        self.offered.extend(new.values())
+        assert all(h.agent == "HP" for h in new.values()), "a final call offered its context"
+        hold = {k: snap.time_s + 60.0 for k in new} if self.hold else {}
+        return Decision(admit=d.admit, evict=d.evict, hold=hold)
+
+
+def _call(eng, key, k, *, final, dyn):
+    """Call ``k`` of stage "s" of task ``key`` (agent HP, 2-block prefix): prompt = prefix + the
+    stage's stream, so call 1 starts with call 0's prompt (a ReAct context)."""
+    prompt = prefix_ids("HP", 2 * BS, 4096) + stage_stream(77, "s", 1024, 4096, 0)[:dyn]
+    tag = make_tag(task=key, stage="s", agent="HP", prefix_tokens=2 * BS, round_index=k,
+                   final=final)
+    _submit(eng, f"{key}-{k}", prompt, 4, tag)
+
+
+@pytest.mark.parametrize("hold", [True, False])
+def test_held_context_survives_a_flood_and_an_unheld_one_does_not(engine, hold):
+    eng, sched = engine
+    pol = sched.topas_policy = _HoldAll(hold)
+    _call(eng, f"H{hold}", 0, final=False, dyn=4 * BS)
+    _run(eng)
+    for i in range(6):  # the flood (more than the 4096-token cache) triggers the decisions
+        _req(eng, f"hflood-{hold}-{i}", f"G{i}", 0, 1000, final=True)
+    _run(eng)
+    # the context was offered once: the call's 4 full blocks after the prefix
+    assert [(h.stage, h.agent, h.tokens) for h in pol.offered] == [("s", "HP", 4 * BS)]
+    _call(eng, f"H{hold}", 1, final=True, dyn=5 * BS)
+    done = _run(eng)
+    cached = done[f"H{hold}-1"][1]
+    if hold:
+        assert cached >= 6 * BS  # prefix + the held context
+        assert sched.topas_stats["holds"] == 1 and sched.topas_stats["hold_hits"] == 1
+    else:
+        assert cached < 6 * BS
+        assert sched.topas_stats["holds"] == 0
+    assert not sched._held  # used up (or never held); no reference is left behind
+
+
+def test_final_call_offers_no_context(engine):
+    eng, sched = engine
+    pol = sched.topas_policy = _HoldAll(True)
+    _call(eng, "F", 0, final=True, dyn=4 * BS)
+    _run(eng)
+    _req(eng, "after-final", "G", 0, 300, final=True)
+    _run(eng)
+    assert pol.offered == [] and sched.topas_stats["holds"] == 0

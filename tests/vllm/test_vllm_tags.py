@@ -22,6 +22,8 @@ def test_tag_round_trip_and_flat_values():
                                                                           512, 2)
     assert [s.name for s in t.dag] == ["plan", "code"] and t.dag[1].deps == ("plan",)
     assert t.done == ("plan",) and t.kind == "Engineer" and t.arrival_s == 12.5
+    assert not t.final and "topas_final" not in tag  # unknown: more calls may follow
+    assert parse_tag(make_tag(task=1, stage="s", agent="a", final=True)).final
     assert tagged(task=1, stage="s", agent="a")["extra_body"]["vllm_xargs"]["topas_task"] == 1
 
 
@@ -33,3 +35,5 @@ def test_untagged_and_bad_tags():
         make_tag(task="x", stage="s", agent="a", prefix_tokens=-1)
     with pytest.raises(TagError, match="topas_dag"):
         make_tag(task="x", stage="s", agent="a", dag=[("a|b", "x", "k", ())])
+    with pytest.raises(TagError, match="topas_final"):
+        parse_tag({"topas_task": "x", "topas_stage": "s", "topas_agent": "a", "topas_final": 2})

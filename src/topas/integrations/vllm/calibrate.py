@@ -211,9 +211,10 @@ def write_profile(p: Profile, path: Path = PROFILE_PATH) -> Path:
 
 def run_real(model: str, workload: str, policies, *, n_tasks: int, rate: float | None,
              seed: int, token_scale: float, time_scale: float, kv_cache_bytes: int,
-             llm=None) -> dict:
+             llm=None, profile: Profile | None = None) -> tuple:
     """Real-engine runs of ``policies`` on the same scaled tasks; one engine, policy swapped
-    between runs (prefix cache and pins reset).  Returns ``{policy: SimResult}``."""
+    between runs (prefix cache, pins, held contexts and counters reset).  Returns
+    ``({policy: SimResult}, scaled tasks, agents, llm, {policy: engine counters})``."""
     from topas.api import sample_tasks
     from topas.integrations.vllm.driver import (DriveConfig, InProcessBackend, drive, make_llm,
                                                 scale_tasks)
@@ -224,15 +225,16 @@ def run_real(model: str, workload: str, policies, *, n_tasks: int, rate: float |
         llm = make_llm(model, policies[0], kv_cache_bytes=kv_cache_bytes, seed=seed)
     backend = InProcessBackend(llm)
     sched = backend.scheduler()
-    out = {}
+    out, stats = {}, {}
     for pol in policies:
         sched.set_policy(pol, seed=seed)
         sched.unpin_all()
         llm.reset_prefix_cache()
         backend._seen_first = set()
-        out[pol] = drive(scaled, agents, backend, policy=pol, seed=seed,
+        out[pol] = drive(scaled, agents, backend, policy=pol, seed=seed, profile=profile,
                          run_id=f"{pol}-{time.time_ns()}")
-    return out, scaled, agents, llm
+        stats[pol] = dict(sched.topas_stats)
+    return out, scaled, agents, llm, stats
 
 
 def run_sim(scaled, agents, policy: str, profile: Profile, seed: int, kv_budget_tokens: int):
@@ -241,6 +243,73 @@ def run_sim(scaled, agents, policy: str, profile: Profile, seed: int, kv_budget_
     sim = Simulator(scaled, agents, profile, make_policy(policy, seed=seed), seed=seed,
                     host_tier=False, kv_budget_tokens=kv_budget_tokens)
     return sim.run()
+
+
+#: engine counters reported per real run
+COUNTERS = ("policy_preemptions", "guard_admissions", "evictions", "holds", "hold_hits")
+
+
+def real_vs_sim(model: str, workload: str, policies, seeds, *, n_tasks: int,
+                rate: float | None, token_scale: float, time_scale: float,
+                kv_cache_bytes: int, progress=print) -> dict:
+    """Every policy on every seed in the real engine and in the simulator (the same scaled
+    tasks, the ``cpu/tiny-llama`` profile, the engine's KV budget): per-run rows and a
+    summary per policy (mean over seeds; ratios to FCFS are per seed, then the median)."""
+    from topas.engine.cost import get_profile
+    from topas.metrics import summarize
+    prof = get_profile("cpu/tiny-llama")
+    kv_tokens = (kv_cache_bytes // 2048 // CPU_BLOCK - 1) * CPU_BLOCK
+    runs: list[dict] = []
+    llm = None
+    for seed in seeds:
+        t = time.perf_counter()
+        res, scaled, agents, llm, stats = run_real(
+            model, workload, policies, n_tasks=n_tasks, rate=rate, seed=seed,
+            token_scale=token_scale, time_scale=time_scale, kv_cache_bytes=kv_cache_bytes,
+            llm=llm, profile=prof)
+        for pol, r in res.items():
+            real = summarize(r)
+            sim = summarize(run_sim(scaled, agents, pol, prof, seed, kv_tokens))
+            runs.append({
+                "policy": pol, "seed": seed,
+                "real_mean_jct_s": real["mean_jct_s"], "real_p99_jct_s": real["p99_jct_s"],
+                "real_prefix_hit_rate": real["prefix_hit_rate"],
+                "sim_mean_jct_s": sim["mean_jct_s"], "sim_p99_jct_s": sim["p99_jct_s"],
+                "sim_prefix_hit_rate": sim["prefix_hit_rate"],
+                "mean_jct_rel_err": abs(sim["mean_jct_s"] - real["mean_jct_s"])
+                / real["mean_jct_s"],
+                **{k: stats[pol][k] for k in COUNTERS}})
+        progress(f"seed {seed}: {len(res)} policies in {time.perf_counter() - t:.0f} s")
+    summary: dict[str, dict] = {}
+    for pol in policies:
+        mine = [r for r in runs if r["policy"] == pol]
+        row = {k: float(np.mean([r[k] for r in mine])) for k in (
+            "real_mean_jct_s", "real_p99_jct_s", "sim_mean_jct_s", "sim_p99_jct_s",
+            "mean_jct_rel_err", "real_prefix_hit_rate", *COUNTERS)}
+        if "fcfs" in policies:
+            for side in ("real", "sim"):
+                ratios = [r[f"{side}_mean_jct_s"] / f[f"{side}_mean_jct_s"] for r in mine
+                          for f in runs if f["policy"] == "fcfs" and f["seed"] == r["seed"]]
+                row[f"{side}_mean_jct_vs_fcfs"] = float(np.median(ratios))
+        summary[pol] = row
+    return {"runs": runs, "summary": summary}
+
+
+def print_table(summary: dict) -> None:
+    cols = [("real_mean_jct_s", "real mean"), ("real_p99_jct_s", "real p99"),
+            ("sim_mean_jct_s", "sim mean"), ("mean_jct_rel_err", "sim err"),
+            ("real_mean_jct_vs_fcfs", "real vs fcfs"), ("sim_mean_jct_vs_fcfs", "sim vs fcfs"),
+            ("policy_preemptions", "preempt"), ("holds", "holds"), ("hold_hits", "hold hits")]
+    cols = [c for c in cols if any(c[0] in r for r in summary.values())]
+    print("| policy | " + " | ".join(h for _, h in cols) + " |")
+    print("|---" * (len(cols) + 1) + "|")
+    for pol, r in summary.items():
+        cells = []
+        for k, _ in cols:
+            v = r.get(k)
+            cells.append("" if v is None else f"{v:.1%}" if k == "mean_jct_rel_err"
+                         else f"{v:.3f}" if "vs_fcfs" in k else f"{v:.2f}")
+        print(f"| {pol} | " + " | ".join(cells) + " |")
 
 
 def main(argv=None) -> int:
@@ -252,6 +321,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tasks", type=int, default=8)
     ap.add_argument("--rate", type=float, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", default=None,
+                    help="fidelity/compare: comma-separated seeds (overrides --seed)")
     ap.add_argument("--token-scale", type=float, default=0.25)
     ap.add_argument("--time-scale", type=float, default=1.0)
     ap.add_argument("--kv-cache-mb", type=float, default=32.0)
@@ -272,7 +343,6 @@ def main(argv=None) -> int:
     os.environ["OMP_NUM_THREADS"] = str(a.threads)
     from topas.integrations.vllm.cli import default_model
     from topas.integrations.vllm.driver import make_llm
-    from topas.metrics import summarize
     model = a.model or str(default_model())
     kv_bytes = int(a.kv_cache_mb * 2**20)
     kv_tokens = (kv_bytes // 2048 // CPU_BLOCK - 1) * CPU_BLOCK
@@ -289,31 +359,15 @@ def main(argv=None) -> int:
         if a.write:
             print("wrote", write_profile(prof))
     else:
-        from topas.engine.cost import get_profile
-        pols = a.policies.split(",")
-        res, scaled, agents, _ = run_real(model, a.workload, pols, n_tasks=a.tasks,
-                                          rate=a.rate, seed=a.seed,
-                                          token_scale=a.token_scale, time_scale=a.time_scale,
-                                          kv_cache_bytes=kv_bytes)
-        prof = get_profile("cpu/tiny-llama")
-        rows = {}
-        for pol, r in res.items():
-            real = summarize(r)
-            row = {"real_mean_jct_s": real["mean_jct_s"], "real_p99_jct_s": real["p99_jct_s"],
-                   "real_prefix_hit_rate": real["prefix_hit_rate"]}
-            if a.what == "fidelity":
-                sim = summarize(run_sim(scaled, agents, pol, prof, a.seed, kv_tokens))
-                row.update(sim_mean_jct_s=sim["mean_jct_s"], sim_p99_jct_s=sim["p99_jct_s"],
-                           mean_jct_rel_err=abs(sim["mean_jct_s"] - real["mean_jct_s"])
-                           / real["mean_jct_s"])
-            rows[pol] = row
-        if "fcfs" in rows:
-            for pol, row in rows.items():
-                row["mean_jct_vs_fcfs"] = row["real_mean_jct_s"] / rows["fcfs"]["real_mean_jct_s"]
-        report["results"] = rows
-        print(json.dumps(rows, indent=2))
+        seeds = [int(x) for x in a.seeds.split(",")] if a.seeds else [a.seed]
+        out = real_vs_sim(model, a.workload, a.policies.split(","), seeds, n_tasks=a.tasks,
+                          rate=a.rate, token_scale=a.token_scale, time_scale=a.time_scale,
+                          kv_cache_bytes=kv_bytes)
+        report.update(out)
+        print_table(out["summary"])
     if a.json:
-        Path(a.json).write_text(json.dumps(report, indent=2, default=str) + "\n")
+        from topas.metrics.summary import atomic_write_text
+        atomic_write_text(Path(a.json), json.dumps(report, indent=2, default=str) + "\n")
     return 0
 
 

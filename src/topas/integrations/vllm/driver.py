@@ -245,7 +245,7 @@ def drive(tasks: Sequence[Task], agents: dict[str, Agent], backend: _Backend, *,
                            round_index=p.k, workflow=p.task.workflow, kind=s.template,
                            dag=[(x.name, x.agent, x.template, x.deps) for x in p.task.stages],
                            done=sorted(done_stages[p.task.task_id]),
-                           arrival_s=t0 + p.task.arrival_s)
+                           arrival_s=t0 + p.task.arrival_s, final=p.k + 1 == len(s.calls))
             ready_at[key] = now
             backend.submit(key, prompt, c.output_tokens, tag)
         wait = max(0.0, min(0.05, heap[0][0] - time.time())) if heap else 0.05

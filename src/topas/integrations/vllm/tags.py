@@ -18,6 +18,8 @@ key                    value
 ``topas_dag``          list of ``"stage|agent|kind|dep1,dep2"`` strings: the task's DAG
 ``topas_done``         list of stage names the client has finished (for DAG status)
 ``topas_arrival_s``    the task's arrival time, client wall clock (``time.time()``)
+``topas_final``        1 if this is the last call of its stage (optional; 0 = more may follow):
+                       the engine then marks the stage done at once and offers no held context
 =====================  ========================================================================
 
 Only ``topas_task``, ``topas_stage`` and ``topas_agent`` are required; a request without
@@ -56,6 +58,7 @@ class WorkflowTag:
     dag: tuple[StageSpec, ...]
     done: tuple[str, ...]
     arrival_s: float | None
+    final: bool = False
 
 
 def encode_dag(stages: Sequence[tuple[str, str, str, Sequence[str]]]) -> list[str]:
@@ -72,7 +75,8 @@ def encode_dag(stages: Sequence[tuple[str, str, str, Sequence[str]]]) -> list[st
 def make_tag(*, task: str | int, stage: str, agent: str, prefix_tokens: int = 0,
              round_index: int = 0, workflow: str = "custom", kind: str = "",
              dag: Sequence[tuple[str, str, str, Sequence[str]]] | None = None,
-             done: Sequence[str] = (), arrival_s: float | None = None) -> dict:
+             done: Sequence[str] = (), arrival_s: float | None = None,
+             final: bool | None = None) -> dict:
     """The flat ``vllm_xargs`` / ``extra_args`` dict for one request."""
     tag: dict = {
         "topas_task": task, "topas_workflow": workflow, "topas_stage": stage,
@@ -84,6 +88,8 @@ def make_tag(*, task: str | int, stage: str, agent: str, prefix_tokens: int = 0,
         tag["topas_dag"] = encode_dag(dag)
     if arrival_s is not None:
         tag["topas_arrival_s"] = float(arrival_s)
+    if final is not None:
+        tag["topas_final"] = int(bool(final))
     parse_tag(tag)  # fail on the client, where the mistake is, not in the engine
     return tag
 
@@ -122,9 +128,13 @@ def parse_tag(extra: Mapping | None) -> WorkflowTag | None:
     arr = extra.get("topas_arrival_s")
     if arr is not None and (isinstance(arr, bool) or not isinstance(arr, (int, float))):
         raise TagError(f"topas_arrival_s: must be a number, got {arr!r}")
+    final = extra.get("topas_final", 0)
+    if final not in (0, 1):  # True/False compare equal to 1/0
+        raise TagError(f"topas_final: must be 0 or 1, got {final!r}")
     return WorkflowTag(
         task=str(task), workflow=str(extra.get("topas_workflow") or "custom"), stage=stage,
         kind=str(extra.get("topas_kind") or stage), agent=extra["topas_agent"],
         prefix_tokens=_int(extra, "topas_prefix_tokens", 0),
         round_index=_int(extra, "topas_round", 0), dag=tuple(dag),
-        done=tuple(str(d) for d in done), arrival_s=None if arr is None else float(arr))
+        done=tuple(str(d) for d in done), arrival_s=None if arr is None else float(arr),
+        final=bool(final))
