@@ -221,6 +221,31 @@ def test_react_stage_tool_delay_and_held_context():
     assert held.tasks[0].jct_s < plain.tasks[0].jct_s
 
 
+def test_context_cache_keeps_an_unheld_context_until_its_room_is_needed():
+    """With ``context_cache`` (vLLM's APC, SGLang's radix cache) a finished call's context
+    stays in free memory: the stage's next call prefills only its new tokens, unless another
+    request needed that memory in between (then it is evicted and prefilled again)."""
+    P = 1000
+    task = Task(0, 0.0, (Stage("s", "A", (Call(500, 100, 2.0), Call(800, 50))),))
+    _, off = run([task], [Agent("A", P)])
+    _, on = run([task], [Agent("A", P)], context_cache=True)
+    t_plain = COST.prefill_time(800, P) + COST.decode_run_time(1, P + 801, 49)
+    t_cached = COST.prefill_time(200, P + 600) + COST.decode_run_time(1, P + 801, 49)
+    r1 = {r.round_index: r for r in off.requests}[1]
+    c1 = {r.round_index: r for r in on.requests}[1]
+    assert r1.finished_s - r1.ready_s == pytest.approx(t_plain)
+    assert c1.finished_s - c1.ready_s == pytest.approx(t_cached)
+    assert off.counters.context_hit_tokens == 0 and on.counters.context_hit_tokens == 600
+    # a flood during the tool call: B's request needs all the free memory, so the cached
+    # context (which takes no budget) is evicted, and nothing else is disturbed
+    budget = 4000
+    flood = Task(1, 1.0, (Stage("f", "B", (Call(budget - P - 200 - 64, 100),)),))
+    _, fl = run([task, flood], [Agent("A", P), Agent("B", 0)], context_cache=True,
+                kv_budget_tokens=budget, block_size=1)
+    assert fl.counters.context_hit_tokens == 0
+    assert {(r.task_id, r.round_index) for r in fl.requests} == {(0, 0), (0, 1), (1, 0)}
+
+
 def test_held_context_keeps_its_prefix_resident():
     """A held context continues its prefix's KV (radix-tree child, hash-chained blocks): while
     it is held the prefix counts a user and cannot be evicted; released, it can."""

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from kv_checks import assert_kv_accounted
 from topas.engine.cost import get_profile
 from topas.engine.simulator import Simulator
+from topas.engine.snapshot import Location
 from topas.policies import list_policies, make_policy
 from topas.workflow.model import Agent, Call, Stage, Task
 
@@ -46,20 +47,29 @@ def scenarios(draw):
             stages.append(Stage(f"s{k}", f"a{draw(st.integers(0, n_agents - 1))}", calls, deps,
                                 kind=f"k{k % 2}"))
         tasks.append(Task(tid, draw(st.floats(0, 20, allow_nan=False)), tuple(stages)))
-    need = max(a.prefix_tokens for a in agents) + 800 + 300
+    # the largest request fits (prompt + output in blocks of 16, one block of headroom)
+    need = max(a.prefix_tokens for a in agents) + 1104 + 16
     budget = draw(st.integers(need, 3 * need + 4000))
     return dict(agents=agents, tasks=tasks, budget=budget,
                 block=draw(st.sampled_from([1, 16])),
                 preemption=draw(st.sampled_from(["sglang", "vllm"])),
-                host=draw(st.booleans()), seed=draw(st.integers(0, 3)))
+                host=draw(st.booleans()), cache=draw(st.booleans()),
+                seed=draw(st.integers(0, 3)))
 
 
 def _run(policy: str, sc: dict):
+    def check(snap, dec):
+        assert_kv_accounted(snap)
+        # cached contexts live in free memory only, behind a resident prefix
+        assert sim.ctx_cache_tokens == sum(t for _, t in sim.ctx_cache.values())
+        assert sim.used_kv + sim.ctx_cache_tokens <= sc["budget"]
+        assert all(snap.prefixes[a].location == Location.DEVICE for a, _ in sim.ctx_cache.values())
+
     sim = Simulator(sc["tasks"], {a.name: a for a in sc["agents"]}, PROFILE,
-                    make_policy(policy, seed=sc["seed"]), seed=sc["seed"],
-                    on_decision=lambda snap, dec: assert_kv_accounted(snap),
+                    make_policy(policy, seed=sc["seed"]), seed=sc["seed"], on_decision=check,
                     kv_budget_tokens=sc["budget"], block_size=sc["block"],
-                    preemption=sc["preemption"], host_tier=sc["host"])
+                    preemption=sc["preemption"], host_tier=sc["host"],
+                    context_cache=sc["cache"])
     return sim.run()
 
 

@@ -69,7 +69,7 @@ def _run_one(args, policy: str, tasks=None, quiet: bool = False):
                        profile=args.profile, tasks=tasks, progress=adv,
                        policy_params=_policy_params(args),
                        preemption=args.preemption, host_tier=not args.no_host_tier,
-                       kv_budget_tokens=args.kv_budget)
+                       kv_budget_tokens=args.kv_budget, context_cache=args.context_cache)
     return res, summarize(res)
 
 
@@ -224,6 +224,10 @@ def _add_sim_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-budget", type=int, default=None, help="override the KV budget (tokens)")
     p.add_argument("--no-host-tier", action="store_true", help="no host swap tier: evicted "
                    "prefixes are recomputed")
+    p.add_argument("--context-cache", action="store_true", help="keep finished calls' "
+                   "contexts in free memory until the room is needed (vLLM's automatic prefix "
+                   "caching, SGLang's radix cache); off by default: contexts are reused only "
+                   "when a policy holds them")
     p.add_argument("--param", action="append", metavar="KEY=VALUE", help="a policy "
                    "parameter, e.g. --param rho=0.5 --param redo_cost=decode (repeatable)")
     p.add_argument("--out", default=None, help="write per-task/request CSVs and summary here")

@@ -65,6 +65,7 @@ def summarize(res) -> dict:
         "swapped_out_bytes": c.swap_out_bytes,
         "recomputed_prefix_tokens": c.recomputed_prefix_tokens,
         "recomputed_tokens": c.recomputed_tokens,
+        "context_hit_tokens": c.context_hit_tokens,
         "preemptions": c.preemptions,
         "engine_preemptions": c.engine_preemptions,
         "peak_kv_tokens": c.peak_kv_tokens,

@@ -171,8 +171,13 @@ def validate_task(task: Task, agents: Mapping[str, Agent]) -> Task:
     return task
 
 
-def validate_fits(task: Task, agents: Mapping[str, Agent], kv_budget_tokens: int) -> None:
-    """A request must fit the KV budget on an otherwise empty engine, or it can never run."""
+def validate_fits(task: Task, agents: Mapping[str, Agent], kv_budget_tokens: int,
+                  block_size: int = 1) -> None:
+    """A request must fit the KV budget on an otherwise empty engine, or it can never run:
+    its prefix, its prompt and output rounded up to whole blocks, and the one block of
+    headroom every policy keeps for a request's next token (a request preempted late in its
+    output must be admissible again)."""
+    b = max(1, block_size)
     for s in task.stages:
         prefix = agents[s.agent].prefix_tokens
         if prefix > kv_budget_tokens:
@@ -181,12 +186,13 @@ def validate_fits(task: Task, agents: Mapping[str, Agent], kv_budget_tokens: int
                 f"{kv_budget_tokens} tokens"
             )
         for j, c in enumerate(s.calls):
-            need = prefix + c.prompt_tokens + c.output_tokens
+            need = prefix + -(-(c.prompt_tokens + c.output_tokens) // b) * b + b
             if need > kv_budget_tokens:
                 raise WorkflowError(
                     f"task {task.task_id} stage {s.name!r} call {j}: needs {need} KV tokens "
-                    f"(prefix {prefix} + prompt {c.prompt_tokens} + output {c.output_tokens}), "
-                    f"more than the KV budget of {kv_budget_tokens}"
+                    f"(prefix {prefix} + prompt {c.prompt_tokens} + output {c.output_tokens} "
+                    f"in blocks of {b} + one block of headroom), more than the KV budget of "
+                    f"{kv_budget_tokens}"
                 )
 
 

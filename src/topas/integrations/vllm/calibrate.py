@@ -237,11 +237,15 @@ def run_real(model: str, workload: str, policies, *, n_tasks: int, rate: float |
     return out, scaled, agents, llm, stats
 
 
-def run_sim(scaled, agents, policy: str, profile: Profile, seed: int, kv_budget_tokens: int):
+def run_sim(scaled, agents, policy: str, profile: Profile, seed: int, kv_budget_tokens: int,
+            context_cache: bool = True):
+    """The simulator on the engine's setting: no host tier, vLLM's KV budget, and (as vLLM's
+    automatic prefix caching does) finished contexts cached in free memory."""
     from topas.engine.simulator import Simulator
     from topas.policies import make_policy
     sim = Simulator(scaled, agents, profile, make_policy(policy, seed=seed), seed=seed,
-                    host_tier=False, kv_budget_tokens=kv_budget_tokens)
+                    host_tier=False, kv_budget_tokens=kv_budget_tokens,
+                    context_cache=context_cache)
     return sim.run()
 
 

@@ -211,6 +211,7 @@ def drive(tasks: Sequence[Task], agents: dict[str, Agent], backend: _Backend, *,
     stage_by = {(t.task_id, s.name): s for t in tasks for s in t.stages}
     streams: dict[tuple[int, str], list[int]] = {}
     records: list[RequestRecord] = []
+    ctx_hits = 0  # cached prompt tokens after the agent prefix (a context reused)
     task_finish: dict[int, float] = {}
     nreq: dict[int, int] = {t.task_id: 0 for t in tasks}
     rid = 0
@@ -262,6 +263,7 @@ def drive(tasks: Sequence[Task], agents: dict[str, Agent], backend: _Backend, *,
             fin = wall - t0
             ft = first.pop(key, wall) - t0
             pre = agents[s.agent].prefix_tokens
+            ctx_hits += max(0, min(cached, c.prompt_tokens + pre) - pre)
             records.append(RequestRecord(rid, tid, s.name, s.agent, p.k, c.prompt_tokens,
                                          c.output_tokens, ready_at.pop(key) - t0, ft, ft, fin, 0,
                                          pre > 0 and cached >= pre))
@@ -280,6 +282,7 @@ def drive(tasks: Sequence[Task], agents: dict[str, Agent], backend: _Backend, *,
     counters = EngineCounters()
     counters.prefix_hits = sum(1 for r in records if r.prefix_hit)
     counters.prefix_misses = len(records) - counters.prefix_hits
+    counters.context_hit_tokens = ctx_hits
     decision_s: list[float] = []
     sched = backend.scheduler() if isinstance(backend, InProcessBackend) else None
     if sched is not None and hasattr(sched, "topas_stats"):
