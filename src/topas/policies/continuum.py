@@ -25,7 +25,9 @@ Terms here, all in seconds (our choices where the paper's summary is not specifi
   cold-start model with mean ``cold_mean_s`` is used, under which ``U`` is monotone, so the
   TTL is either 0 or ``max_ttl_s``.
 * Memory pressure: when the oldest program's request does not fit, pins of younger programs
-  (still in their tool call) are released youngest first.  Prefix residency is the engine
+  (still in their tool call) are released youngest first; if it still does not fit and the
+  engine would otherwise run nothing, older programs' pins are released too (**choice**: work
+  conservation -- an idle engine must not wait for TTLs to expire).  Prefix residency is the engine
   default (LRU).
 """
 
@@ -189,6 +191,18 @@ class Continuum:
                     admitted = True
                     break
             if not admitted:
+                if plan.batch == 0:
+                    # work conservation: the engine would idle while pins of *older* programs
+                    # keep this request out (e.g. cold-start TTLs); undo them, youngest first
+                    for k in sorted((*new_pins, *old_pins), key=lambda k: arrival(k[0]),
+                                    reverse=True):
+                        if k in new_pins:
+                            plan.free += new_pins.pop(k)[1]
+                        else:
+                            plan.free += old_pins.pop(k)
+                            release.append(k)
+                        if plan.try_admit(r):
+                            break
                 break  # head-of-line blocking, as in FCFS
         return plan.decision(hold={k: v[0] for k, v in new_pins.items()},
                              release=tuple(release))

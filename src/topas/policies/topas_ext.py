@@ -22,7 +22,9 @@ on the MetaGPT workloads.  ``topas-hold`` takes TOPAS's decision unchanged and a
 * **Release.**  When the oldest waiting request that TOPAS did not admit does not fit for lack
   of memory, and releasing live held contexts of *younger* tasks (youngest first) makes it
   fit, they are released and that request is admitted in the same decision (credit 0: TOPAS
-  granted it no gain).  No new context of a task younger than that request is held.
+  granted it no gain).  No new context of a task younger than that request is held.  When the
+  engine would otherwise run nothing, contexts of any task may be released and none is newly
+  held (work conservation).
 
 TOPAS's parameters pass through unchanged; ``memory_weight``, ``cold_mean_s``, ``max_ttl_s``,
 ``min_samples``, ``slack_s`` are Continuum's.
@@ -101,8 +103,9 @@ class TopasHold(Topas):
             need = plan.need(blocked)
             if need > plan.free:
                 mine = arrival(blocked.task_id)
+                idle = plan.batch == 0  # the engine would run nothing: any hold may go
                 live = sorted((k for k, h in snap.held.items()
-                               if h.expires_s > now and arrival(k[0]) > mine
+                               if h.expires_s > now and (idle or arrival(k[0]) > mine)
                                and k != (blocked.task_id, blocked.stage)
                                and k[0] in tasks
                                and tasks[k[0]].stages[k[1]].status == StageStatus.TOOL),
@@ -131,8 +134,9 @@ class TopasHold(Topas):
                 continue  # already held, or its next call starts now
             if key[0] not in tasks or tasks[key[0]].stages[key[1]].status != StageStatus.TOOL:
                 continue
-            if blocked is not None and not extra and arrival(key[0]) > arrival(blocked.task_id):
-                continue  # memory is short for an older task
+            if blocked is not None and not extra and (
+                    plan.batch == 0 or arrival(key[0]) > arrival(blocked.task_id)):
+                continue  # memory is short for an older task, or for an idle engine
             if h.agent not in plan.resident:
                 continue  # TOPAS evicts its prefix: the context would be unusable
             tau = self.ttl_s(snap, key)
