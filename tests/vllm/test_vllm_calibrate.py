@@ -3,10 +3,11 @@ needed, but the folder is only collected with vLLM installed, like the rest of t
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from topas.engine.cost import CostModel, Hardware, ModelShape
-from topas.integrations.vllm.calibrate import fit, measure
+from topas.integrations.vllm.calibrate import fit, iteration_row, measure
 from topas.integrations.vllm.tiny_model import SHAPE
 
 PARAMS = 4_458_752.0
@@ -76,3 +77,24 @@ def test_fit_ignores_one_slowed_sample():
 def test_measure_rejects_unknown_statistic():
     with pytest.raises(ValueError, match="stat .avg."):
         measure(None, stat="avg")
+
+
+def test_fit_from_traced_iterations_alone():
+    """A workload trace (mixed batches: decodes of many context lengths, prefill chunks
+    piggy-backing decodes) is enough to recover the roofline, with no synthetic points."""
+    truth = CostModel(_hw(attn_eff=0.4, overhead=0.002), SHAPE_T)
+    rng = np.random.default_rng(0)
+    rows = []
+    for _ in range(400):
+        sched = [(1, int(c)) for c in rng.integers(100, 3000, size=rng.integers(1, 6))]
+        if rng.random() < 0.3:
+            sched.append((int(rng.integers(16, 1500)), int(rng.integers(0, 2000))))
+        r = iteration_row(sched, 0.0)
+        rows.append(iteration_row(sched, truth.iteration_time(r[0], r[1], r[2])))
+    assert {r[4] for r in rows} == {"prefill", "decode"}
+    prof = fit({}, PARAMS, kv_budget_tokens=4096, rows=rows)
+    assert prof.hardware.attn_eff == pytest.approx(0.4, rel=0.1)
+    assert prof.calibration["decode_total_rel_err"] < 0.02
+    assert prof.calibration["prefill_total_rel_err"] < 0.02
+    with pytest.raises(ValueError, match="prefill and decode"):
+        fit({}, PARAMS, kv_budget_tokens=4096, rows=[r for r in rows if r[4] == "decode"])

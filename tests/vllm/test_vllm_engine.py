@@ -286,3 +286,37 @@ def test_final_call_offers_no_context(engine):
     _req(eng, "after-final", "G", 0, 300, final=True)
     _run(eng)
     assert pol.offered == [] and sched.topas_stats["holds"] == 0
+
+
+def test_iteration_trace_records_every_engine_step(engine):
+    from topas.api import sample_tasks
+    from topas.integrations.vllm.calibrate import IterationTrace
+    from topas.integrations.vllm.driver import DriveConfig, InProcessBackend, drive, scale_tasks
+
+    eng, sched = engine
+    steps = []
+    trace = IterationTrace()
+
+    class _Backend(InProcessBackend):
+        def __init__(self, eng):
+            self.engine = eng
+            self._seen_first = set()
+            self.on_step = lambda dt: (steps.append(dt), trace.on_step(dt))
+
+    wl, tasks = sample_tasks("toy-chain", 2, 50.0, seed=4)
+    scaled, agents = scale_tasks(tasks, wl.agents, DriveConfig(token_scale=0.04, time_scale=0.05))
+    trace.attach(sched)
+    try:
+        drive(scaled, agents, _Backend(eng), policy="fcfs", run_id="trace")
+    finally:
+        IterationTrace.detach(sched)
+    assert "schedule" not in sched.__dict__
+    rows = trace.rows
+    assert 0 < len(rows) <= len(steps) and all(r[3] > 0 for r in rows)
+    assert {r[4] for r in rows} == {"prefill", "decode"}
+    # every generated token after the first went through the engine, and at most every prompt
+    # token (prefix-cache hits skip some; no preemption in this small run)
+    n_prompt = sum(agents[s.agent].prefix_tokens + c.prompt_tokens
+                   for t in scaled for s in t.stages for c in s.calls)
+    n_decode = sum(c.output_tokens - 1 for t in scaled for s in t.stages for c in s.calls)
+    assert n_decode <= sum(r[0] for r in rows) <= n_prompt + n_decode

@@ -89,6 +89,8 @@ class AdmissionPlan:
         self.resident: set[str] = {a for a, p in snap.prefixes.items()
                                    if p.location == Location.DEVICE}
         self._lru: list[str] | None = None
+        #: per agent, held contexts this decision releases (each was a user of the prefix)
+        self._released: dict[str, int] = {}
 
     # -- accounting -------------------------------------------------------------------------
     def reserve(self, r: RequestState) -> int:
@@ -114,10 +116,20 @@ class AdmissionPlan:
             n += self.snap.prefixes[r.agent].tokens
         return n
 
+    def release_hold(self, key: tuple[int, str]) -> None:
+        """Account for releasing the live held context ``key`` in this decision: its memory
+        comes back, and it no longer keeps its agent's prefix resident."""
+        h = self.snap.held[key]
+        self.free += h.tokens
+        self._released[h.agent] = self._released.get(h.agent, 0) + 1
+        self._lru = None
+
     def lru_order(self) -> list[str]:
         if self._lru is None:
+            rel = self._released
             idle = [p for a, p in self.snap.prefixes.items()
-                    if a in self.resident and p.users == 0 and p.transfer is None]
+                    if a in self.resident and p.users - rel.get(a, 0) == 0
+                    and p.transfer is None]
             idle.sort(key=lambda p: p.last_used_s)
             self._lru = [p.agent for p in idle]
         return self._lru

@@ -169,6 +169,18 @@ class Continuum:
                 plan.free -= h.tokens
                 plan.needed.add(h.agent)  # a held context keeps its prefix resident
                 new_pins[key] = (now + tau + self.slack_s, h.tokens)
+        running_agents = {r.agent for r in snap.running}
+        waiting_by = {r.request_id: r for r in snap.waiting}
+
+        def drop_new_pin(k: tuple[int, str]) -> None:
+            # the memory comes back; its prefix is needed only if something else needs it
+            plan.free += new_pins.pop(k)[1]
+            agent = snap.held[k].agent
+            if agent not in running_agents and all(
+                    snap.held[o].agent != agent for o in new_pins) and all(
+                    waiting_by[rid].agent != agent for rid in plan.admitted):
+                plan.needed.discard(agent)
+
         # pins that may be undone under pressure: their stage is still in its tool call
         old_pins = {key: h.tokens for key, h in snap.held.items()
                     if h.expires_s > now and key[0] in snap.tasks
@@ -183,9 +195,10 @@ class Continuum:
             admitted = False
             for k in younger:
                 if k in new_pins:
-                    plan.free += new_pins.pop(k)[1]
+                    drop_new_pin(k)
                 else:
-                    plan.free += old_pins.pop(k)
+                    old_pins.pop(k)
+                    plan.release_hold(k)
                     release.append(k)
                 if plan.try_admit(r):
                     admitted = True
@@ -197,9 +210,10 @@ class Continuum:
                     for k in sorted((*new_pins, *old_pins), key=lambda k: arrival(k[0]),
                                     reverse=True):
                         if k in new_pins:
-                            plan.free += new_pins.pop(k)[1]
+                            drop_new_pin(k)
                         else:
-                            plan.free += old_pins.pop(k)
+                            old_pins.pop(k)
+                            plan.release_hold(k)
                             release.append(k)
                         if plan.try_admit(r):
                             break

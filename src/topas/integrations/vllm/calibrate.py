@@ -173,6 +173,11 @@ class IterationTrace:
 
         sched.schedule = schedule
 
+    @staticmethod
+    def detach(sched) -> None:
+        """Restore the scheduler's own ``schedule`` (drop the instance attribute)."""
+        sched.__dict__.pop("schedule", None)
+
     def on_step(self, seconds: float) -> None:
         if self._last:
             self.rows.append(iteration_row(self._last, seconds))
