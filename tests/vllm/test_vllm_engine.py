@@ -156,6 +156,7 @@ def test_small_workflow_completes_under_every_policy(engine):
         def __init__(self, eng):
             self.engine = eng
             self._seen_first = set()
+            self.on_step = None
 
     names = [p.name for p in list_policies()]
     assert {"fcfs", "lpm", "topas"} <= set(names)
