@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from kv_checks import assert_kv_accounted
 from topas.engine.cost import get_profile
 from topas.engine.decision import Decision, DecisionError
 from topas.engine.simulator import Simulator, task_lower_bound
@@ -244,6 +245,34 @@ def test_context_cache_keeps_an_unheld_context_until_its_room_is_needed():
                 kv_budget_tokens=budget, block_size=1)
     assert fl.counters.context_hit_tokens == 0
     assert {(r.task_id, r.round_index) for r in fl.requests} == {(0, 0), (0, 1), (1, 0)}
+
+
+def test_hold_expiry_does_not_touch_the_next_offered_context():
+    """A hold whose expiry falls exactly when the stage's next call finishes (and offers its
+    own context) must not release that new, never-held context (regression: the old expiry
+    event freed its tokens and took a prefix user that was never counted)."""
+    P = 1000
+    task = Task(0, 0.0, (Stage("s", "A", (Call(500, 100, 2.0), Call(800, 50, 2.0),
+                                           Call(900, 20))),))
+
+    class HoldUntil:
+        name = "hold-until"
+
+        def __init__(self, until):
+            self.fcfs = make_policy("fcfs", reserve_ratio=0.0)
+            self.until = until
+
+        def decide(self, snap):
+            d = self.fcfs.decide(snap)
+            offered = [k for k, h in snap.held.items() if h.expires_s <= snap.time_s]
+            hold = {k: self.until for k in offered if self.until > snap.time_s}
+            return Decision(admit=d.admit, evict=d.evict, hold=hold)
+
+    _, first = run([task], [Agent("A", P)], policy=HoldUntil(1e9))
+    t2 = {r.round_index: r for r in first.requests}[1].finished_s
+    _, res = run([task], [Agent("A", P)], policy=HoldUntil(t2),
+                 on_decision=lambda snap, dec: assert_kv_accounted(snap))
+    assert len(res.requests) == 3
 
 
 def test_held_context_keeps_its_prefix_resident():

@@ -445,9 +445,12 @@ class Simulator:
             change = (until > self.now) - (h.expires_s > self.now)
             self.used_kv += change * h.tokens
             self.prefixes[h.agent].users += change  # a held context keeps its prefix
-            self.held[key] = HeldContext(h.task_id, h.stage, h.agent, h.tokens, h.since_s, until)
+            held = self.held[key] = HeldContext(h.task_id, h.stage, h.agent, h.tokens,
+                                                h.since_s, until)
             if until > self.now:
-                self._push(until, _HOLD, key)
+                # the event names this very hold: by its time the context may have been used,
+                # re-held, or replaced by the stage's next context (offered, never counted)
+                self._push(until, _HOLD, (key, held))
         for key in [k for k, h in self.held.items() if h.expires_s <= self.now]:
             # candidates nobody held (not counted in used_kv): at most engine cache now
             self._cache_ctx(self.held.pop(key))
@@ -750,11 +753,12 @@ class Simulator:
                 p.transfer = None
             self._note("swap-out")
         elif kind == _HOLD:
-            h = self.held.get(payload)
-            if h is not None and h.expires_s <= self.now:
+            key, hold = payload
+            h = self.held.get(key)
+            if h is hold:
                 # it counted against the budget until now; _release_held only frees
                 # contexts whose expiry is still in the future
-                del self.held[payload]
+                del self.held[key]
                 self.used_kv -= h.tokens
                 self.prefixes[h.agent].users -= 1
                 self._cache_ctx(h)

@@ -141,7 +141,15 @@ class AdmissionPlan:
             return False
         need = self.need(r)
         if need > self.free and not (evict and self.make_room(need, lambda a: a != r.agent)):
-            return False
+            if self.batch > 0:
+                return False
+            # an otherwise empty engine: alone, the request fits with one block of headroom
+            # (the engine checks that before a run), however much output is expected --
+            # keep only that block rather than leave the engine idle (work conservation)
+            need -= self.reserve(r) - self.snap.config.block_size
+            if need > self.free and not (evict and self.make_room(need,
+                                                                  lambda a: a != r.agent)):
+                return False
         self.free -= need
         if r.agent in self.evicted:
             # evicted earlier in this same decision and needed again: keep it resident (the
