@@ -186,14 +186,14 @@ class Continuum:
                     if h.expires_s > now and key[0] in snap.tasks
                     and snap.tasks[key[0]].stages[key[1]].status == StageStatus.TOOL}
         release: list[tuple[int, str]] = []
-        for r in sorted(snap.waiting, key=lambda q: task_fcfs_key(snap, q)):
-            if plan.try_admit(r):
-                continue
+
+        def undo_pins_for(r, only_younger: bool) -> bool:
+            """Undo pins (of programs younger than ``r``'s, or of any) youngest first until
+            ``r`` is admitted; returns whether it was."""
             mine = arrival(r.task_id)
-            younger = sorted((k for k in (*new_pins, *old_pins) if arrival(k[0]) > mine),
-                             key=lambda k: arrival(k[0]), reverse=True)
-            admitted = False
-            for k in younger:
+            for k in sorted((k for k in (*new_pins, *old_pins)
+                             if not only_younger or arrival(k[0]) > mine),
+                            key=lambda k: arrival(k[0]), reverse=True):
                 if k in new_pins:
                     drop_new_pin(k)
                 else:
@@ -201,22 +201,16 @@ class Continuum:
                     plan.release_hold(k)
                     release.append(k)
                 if plan.try_admit(r):
-                    admitted = True
-                    break
-            if not admitted:
-                if plan.batch == 0:
-                    # work conservation: the engine would idle while pins of *older* programs
-                    # keep this request out (e.g. cold-start TTLs); undo them, youngest first
-                    for k in sorted((*new_pins, *old_pins), key=lambda k: arrival(k[0]),
-                                    reverse=True):
-                        if k in new_pins:
-                            drop_new_pin(k)
-                        else:
-                            old_pins.pop(k)
-                            plan.release_hold(k)
-                            release.append(k)
-                        if plan.try_admit(r):
-                            break
-                break  # head-of-line blocking, as in FCFS
+                    return True
+            return False
+
+        for r in sorted(snap.waiting, key=lambda q: task_fcfs_key(snap, q)):
+            if plan.try_admit(r) or undo_pins_for(r, only_younger=True):
+                continue
+            # work conservation: the engine would idle while pins of *older* programs keep
+            # this request out (e.g. cold-start TTLs); undo those too
+            if plan.batch == 0:
+                undo_pins_for(r, only_younger=False)
+            break  # head-of-line blocking, as in FCFS
         return plan.decision(hold={k: v[0] for k, v in new_pins.items()},
                              release=tuple(release))
