@@ -326,22 +326,42 @@ COUNTERS = ("policy_preemptions", "guard_admissions", "evictions", "holds", "hol
 
 def real_vs_sim(model: str, workload: str, policies, seeds, *, n_tasks: int,
                 rate: float | None, token_scale: float, time_scale: float,
-                kv_cache_bytes: int, progress=print) -> dict:
+                kv_cache_bytes: int, progress=print, self_calibrate: bool = False) -> dict:
     """Every policy on every seed in the real engine and in the simulator (the same scaled
     tasks, the ``cpu/tiny-llama`` profile, the engine's KV budget): per-run rows and a
-    summary per policy (mean over seeds; ratios to FCFS are per seed, then the median)."""
+    summary per policy (mean over seeds; ratios to FCFS are per seed, then the median).
+
+    ``self_calibrate``: per seed, the simulator's profile is instead fitted to the traced
+    iterations of the *first* policy's real run on this very engine process, and predicts the
+    others out of sample -- what is left of the error once the engine process's own speed
+    (which varies between processes on the CPU backend) is known."""
     from topas.engine.cost import get_profile
     from topas.metrics import summarize
-    prof = get_profile("cpu/tiny-llama")
+    shipped = get_profile("cpu/tiny-llama")
     kv_tokens = (kv_cache_bytes // 2048 // CPU_BLOCK - 1) * CPU_BLOCK
+    params = (json.loads((Path(model) / "topas_tiny_model.json").read_text())["params"]
+              if self_calibrate else None)
     runs: list[dict] = []
     llm = None
+    kw = dict(n_tasks=n_tasks, rate=rate, token_scale=token_scale, time_scale=time_scale,
+              kv_cache_bytes=kv_cache_bytes)
     for seed in seeds:
         t = time.perf_counter()
-        res, scaled, agents, llm, stats = run_real(
-            model, workload, policies, n_tasks=n_tasks, rate=rate, seed=seed,
-            token_scale=token_scale, time_scale=time_scale, kv_cache_bytes=kv_cache_bytes,
-            llm=llm, profile=prof)
+        prof = shipped
+        if self_calibrate:
+            trace = IterationTrace()
+            res, scaled, agents, llm, stats = run_real(model, workload, policies[:1],
+                                                       seed=seed, llm=llm, profile=shipped,
+                                                       trace=trace, **kw)
+            IterationTrace.detach(llm.llm_engine.engine_core.engine_core.scheduler)
+            prof = fit({}, params, kv_budget_tokens=kv_tokens, rows=trace.rows)
+            more, *_, stats2 = run_real(model, workload, policies[1:], seed=seed, llm=llm,
+                                        profile=shipped, **kw)
+            res.update(more)
+            stats.update(stats2)
+        else:
+            res, scaled, agents, llm, stats = run_real(model, workload, policies, seed=seed,
+                                                       llm=llm, profile=prof, **kw)
         for pol, r in res.items():
             real = summarize(r)
             sim = summarize(run_sim(scaled, agents, pol, prof, seed, kv_tokens))
@@ -353,6 +373,7 @@ def real_vs_sim(model: str, workload: str, policies, seeds, *, n_tasks: int,
                 "sim_prefix_hit_rate": sim["prefix_hit_rate"],
                 "mean_jct_rel_err": abs(sim["mean_jct_s"] - real["mean_jct_s"])
                 / real["mean_jct_s"],
+                "profile": "self-calibrated on " + policies[0] if self_calibrate else prof.name,
                 **{k: stats[pol][k] for k in COUNTERS}})
         progress(f"seed {seed}: {len(res)} policies in {time.perf_counter() - t:.0f} s")
     summary: dict[str, dict] = {}
@@ -402,6 +423,9 @@ def main(argv=None) -> int:
     ap.add_argument("--time-scale", type=float, default=1.0)
     ap.add_argument("--kv-cache-mb", type=float, default=32.0)
     ap.add_argument("--write", action="store_true", help="calibrate: write the shipped profile")
+    ap.add_argument("--self-calibrate", action="store_true",
+                    help="fidelity/compare: fit the simulator's profile per seed to the first "
+                         "policy's real run on the same engine process (others out of sample)")
     ap.add_argument("--from-workload", default=None, metavar="NAME",
                     help="calibrate: also fit every iteration of a real FCFS run of this "
                          "workload (--tasks/--rate/--token-scale/--time-scale/--seed apply)")
@@ -450,7 +474,7 @@ def main(argv=None) -> int:
         seeds = [int(x) for x in a.seeds.split(",")] if a.seeds else [a.seed]
         out = real_vs_sim(model, a.workload, a.policies.split(","), seeds, n_tasks=a.tasks,
                           rate=a.rate, token_scale=a.token_scale, time_scale=a.time_scale,
-                          kv_cache_bytes=kv_bytes)
+                          kv_cache_bytes=kv_bytes, self_calibrate=a.self_calibrate)
         report.update(out)
         print_table(out["summary"])
     if a.json:
