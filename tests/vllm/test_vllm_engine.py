@@ -321,3 +321,23 @@ def test_iteration_trace_records_every_engine_step(engine):
                    for t in scaled for s in t.stages for c in s.calls)
     n_decode = sum(c.output_tokens - 1 for t in scaled for s in t.stages for c in s.calls)
     assert n_decode <= sum(r[0] for r in rows) <= n_prompt + n_decode
+
+
+def test_real_vs_sim_self_calibrated(engine, llm, tiny_model, monkeypatch):
+    """The fidelity runner end to end on the shared engine: every policy runs for real and in
+    the simulator; with ``self_calibrate`` the profile comes from the first policy's trace
+    (and the scheduler is left unwrapped afterwards)."""
+    from topas.integrations.vllm import calibrate
+    from topas.integrations.vllm import driver
+
+    _, sched = engine
+    monkeypatch.setattr(driver, "make_llm", lambda *a, **k: llm)  # the shared engine
+    out = calibrate.real_vs_sim(tiny_model, "toy-chain", ["fcfs", "topas"], [3], n_tasks=2,
+                                rate=50.0, token_scale=0.04, time_scale=0.05,
+                                kv_cache_bytes=8 << 20, progress=lambda m: None,
+                                self_calibrate=True)
+    assert [(r["policy"], r["seed"]) for r in out["runs"]] == [("fcfs", 3), ("topas", 3)]
+    assert all(r["profile"] == "self-calibrated on fcfs" for r in out["runs"])
+    assert all(r["real_mean_jct_s"] > 0 and r["sim_mean_jct_s"] > 0 for r in out["runs"])
+    assert out["summary"]["fcfs"]["real_mean_jct_vs_fcfs"] == 1.0
+    assert "schedule" not in sched.__dict__
