@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -37,6 +38,9 @@ def add_arguments(subparsers) -> None:
     d.add_argument("--time-scale", type=float, default=1.0)
     d.add_argument("--kv-cache-mb", type=float, default=32.0)
     d.add_argument("--profile", default="cpu/tiny-llama", help="for the lower bounds")
+    d.add_argument("--threads", type=int, default=1, help="--in-process: OpenMP threads of "
+                   "the engine (OMP_NUM_THREADS; default 1, as calibration used: with one per "
+                   "core, any other process on the machine stalls every step)")
     d.add_argument("--out", default=None, help="write tasks.csv/requests.csv/summary.json here")
     d.set_defaults(fn=cli_drive, func=cli_drive)
 
@@ -74,6 +78,10 @@ def cli_drive(args: argparse.Namespace) -> int:
     if args.endpoint:
         backend = HTTPBackend(args.endpoint, model)
     else:
+        if args.threads < 1:
+            raise ValueError(f"--threads {args.threads}: must be >= 1")
+        # before torch loads (make_llm imports vLLM), as the calibration runner does
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
         llm = make_llm(model, args.policy, kv_cache_bytes=int(args.kv_cache_mb * 2**20),
                        seed=args.seed)
         backend = InProcessBackend(llm)
