@@ -332,7 +332,8 @@ def real_vs_sim(model: str, workload: str, policies, seeds, *, n_tasks: int,
     summary per policy (mean over seeds; ratios to FCFS are per seed, then the median).
 
     ``self_calibrate``: per seed, the simulator's profile is instead fitted to the traced
-    iterations of the *first* policy's real run on this very engine process, and predicts the
+    iterations of the *first* policy's real run on this very engine process (joined by the
+    shipped profile's synthetic points if the trace alone cannot be fitted), and predicts the
     others out of sample -- what is left of the error once the engine process's own speed
     (which varies between processes on the CPU backend) is known."""
     from topas.engine.cost import get_profile
@@ -354,7 +355,13 @@ def real_vs_sim(model: str, workload: str, policies, seeds, *, n_tasks: int,
                                                        seed=seed, llm=llm, profile=shipped,
                                                        trace=trace, **kw)
             IterationTrace.detach(llm.llm_engine.engine_core.engine_core.scheduler)
-            prof = fit({}, params, kv_budget_tokens=kv_tokens, rows=trace.rows)
+            try:
+                prof = fit({}, params, kv_budget_tokens=kv_tokens, rows=trace.rows)
+            except ValueError:
+                # a short run may have too few prefill iterations for the slopes: add the
+                # shipped profile's synthetic points (the trace's rows still dominate)
+                prof = fit((shipped.calibration or {}).get("measured") or {}, params,
+                           kv_budget_tokens=kv_tokens, rows=trace.rows)
             more, *_, stats2 = run_real(model, workload, policies[1:], seed=seed, llm=llm,
                                         profile=shipped, **kw)
             res.update(more)
