@@ -61,12 +61,12 @@ def test_aging_rescues_a_starving_old_task():
 
 
 # -- J_redo and J_revoke ---------------------------------------------------------------------
-def preempt_state(generated: int, credit: float):
+def preempt_state(generated: int, credit: float, running_arrival_s: float = 990.0):
     """A running request of agent A blocks an old task's request of agent B; admitting B
     needs preempting A's request and evicting A."""
     hist = {("A", "a"): history("A", "a", [60.0] * 8, out=2100),
             ("B", "b"): history("B", "b", [5.0] * 8, out=100)}
-    t1 = make_task(1, {"a": ("A", (), S.READY)}, arrival_s=990.0)
+    t1 = make_task(1, {"a": ("A", (), S.READY)}, arrival_s=running_arrival_s)
     t2 = make_task(2, {"b": ("B", (), S.READY), "b2": ("B", ("b",), S.PENDING)},
                    arrival_s=950.0)
     r1 = make_request(1, t1, "a", 1000, 3000, running=True, generated=generated,
@@ -94,6 +94,23 @@ def test_revoke_stops_an_admit_preempt_admit_cycle():
     dec, ch = decide("topas", preempt_state(10, 400.0), revoke=False, **params)
     assert dec.preempt == (1,) and dec.admit == (2,)
     assert ch.terms[3] == 0.0 and ch.terms[2] < 1.0
+
+
+def test_aged_revoke_stops_swapping_equally_old_tasks():
+    """``revoke_value="current"`` (topas-aged-revoke): the running request's revoke is at least
+    the aged gain it would have if waiting.  Between two tasks of the same age (its credit
+    recorded as 0) plain TOPAS still swaps them -- the waiting one's aged gain beats the
+    redo -- the aged revoke cancels that gain and keeps the running one; a truly older
+    waiting task still gets its way."""
+    params = dict(H_age=10.0)
+    dec, _ = decide("topas", preempt_state(10, 0.0, running_arrival_s=950.0), **params)
+    assert dec.preempt == (1,) and dec.admit == (2,)
+    dec, ch = decide("topas-aged-revoke", preempt_state(10, 0.0, running_arrival_s=950.0),
+                     **params)
+    assert dec.preempt == () and dec.admit == ()
+    dec, ch = decide("topas-aged-revoke", preempt_state(10, 0.0), **params)
+    assert dec.preempt == (1,) and dec.admit == (2,)
+    assert 0 < ch.terms[3] < ch.terms[0]  # younger running task: revoke below the gain
 
 
 # -- J_move ----------------------------------------------------------------------------------

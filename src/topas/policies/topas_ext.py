@@ -158,3 +158,11 @@ class TopasHold(Topas):
           "under memory pressure from older tasks", source="our extension (docs/extensions.md)")
 def _topas_hold(seed: int = 0, **params) -> TopasHold:
     return TopasHold(seed=seed, **params)
+
+
+@register("topas-aged-revoke", "TOPAS with revoke_value='current': a preemption swap also "
+          "pays the aged gain the displaced request would have if waiting (review question 2)",
+          source="our extension (docs/topas.md, review question 2)")
+def _topas_aged_revoke(seed: int = 0, **params) -> Topas:
+    params.setdefault("revoke_value", "current")
+    return Topas(seed=seed, name="topas-aged-revoke", **params)
