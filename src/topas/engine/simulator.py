@@ -361,8 +361,7 @@ class Simulator:
     def _apply(self, d: Decision) -> None:
         if d.empty:  # the common case on busy engines: nothing to validate
             if self.held:
-                for key in [k for k, h in self.held.items() if h.expires_s <= self.now]:
-                    self._cache_ctx(self.held.pop(key))
+                self._drop_offers()
             return
         # validate ids up front so nothing is half-applied
         if len(set(d.admit)) != len(d.admit):
@@ -451,9 +450,7 @@ class Simulator:
                 # the event names this very hold: by its time the context may have been used,
                 # re-held, or replaced by the stage's next context (offered, never counted)
                 self._push(until, _HOLD, (key, held))
-        for key in [k for k, h in self.held.items() if h.expires_s <= self.now]:
-            # candidates nobody held (not counted in used_kv): at most engine cache now
-            self._cache_ctx(self.held.pop(key))
+        self._drop_offers()
         for a in d.load:
             self._make_resident(a)
         for rid, c in d.credit.items():
@@ -698,6 +695,12 @@ class Simulator:
             self.used_kv -= h.tokens
             self.prefixes[h.agent].users -= 1
         self._cache_ctx(h)
+
+    def _drop_offers(self) -> None:
+        """Contexts offered this instant that the decision did not hold (never counted in
+        used_kv) leave ``held``: at most the engine's context cache keeps them."""
+        for key in [k for k, h in self.held.items() if h.expires_s <= self.now]:
+            self._cache_ctx(self.held.pop(key))
 
     # ------------------------------------------------------------------ context cache
     def _cache_ctx(self, h: HeldContext) -> None:

@@ -157,8 +157,7 @@ class TopasScheduler(Scheduler):
         """Release every prefix pin and held context (e.g. before ``reset_prefix_cache``)."""
         for agent in list(self._pins):
             self.unpin(agent, evict=False)
-        for key in list(self._held):
-            self._drop_held(key)
+        self._drop_all_held()
 
     def pinned_agents(self) -> list[str]:
         return sorted(self._pins)
@@ -317,9 +316,13 @@ class TopasScheduler(Scheduler):
             elif tr.state.phase != Phase.DONE:
                 running.append(tr.state)
                 users[tr.state.agent] = users.get(tr.state.agent, 0) + 1
-        for h in self._held.values():
+        held = {}
+        held_tokens = 0
+        for key, h in self._held.items():
+            held[key] = h.ctx
             if not h.offered:  # a held context keeps its prefix (hash-chained blocks)
                 users[h.ctx.agent] = users.get(h.ctx.agent, 0) + 1
+                held_tokens += h.ctx.tokens
         running.sort(key=lambda r: r.admitted_s or 0.0)
         waiting.sort(key=lambda r: r.seq)
         used = 0
@@ -332,12 +335,7 @@ class TopasScheduler(Scheduler):
                 p.last_used_s = now
             if p.location == Location.DEVICE:
                 used += p.tokens
-        used += sum(r.kv_tokens for r in running)
-        held = {}
-        for key, h in self._held.items():
-            held[key] = h.ctx
-            if not h.offered:
-                used += h.ctx.tokens
+        used += sum(r.kv_tokens for r in running) + held_tokens
         if self.topas_config.max_batch_requests != self.max_num_active_reqs:
             # vLLM's admission cap can be changed at run time; policies must see the real one
             self.topas_config = replace(self.topas_config,
@@ -415,6 +413,10 @@ class TopasScheduler(Scheduler):
         if h is not None:
             self.kv_cache_manager.block_pool.free_blocks(reversed(h.blocks))
 
+    def _drop_all_held(self) -> None:
+        for key in list(self._held):
+            self._drop_held(key)
+
     def _expire_held(self, now: float) -> None:
         for key in [k for k, h in self._held.items()
                     if not h.offered and h.ctx.expires_s <= now]:
@@ -489,9 +491,7 @@ class TopasScheduler(Scheduler):
                              if r.request_id in self._tracks else 0)
                 admit = [oldest.request_id]
                 self.topas_stats["guard_admissions"] += 1
-                # held contexts must not starve an idle engine either
-                for key in list(self._held):
-                    self._drop_held(key)
+                self._drop_all_held()  # held contexts must not starve an idle engine either
             order = {vid: k for k, vid in enumerate(admit)}
             waiting = list(self.waiting)
             keep = sorted((r for r in waiting if r.request_id in order),
