@@ -54,6 +54,18 @@ def test_decode_closed_form_equals_stepwise_sum():
         assert COST.decode_run_time(batch, ctx, k) <= t < COST.decode_run_time(batch, ctx, k + 1)
 
 
+def test_time_scaled_profile_multiplies_every_iteration_time():
+    # compute-bound prefill, memory-bound decode and the fixed overhead all scale alike
+    slow = PROFILE.time_scaled(1.37).cost_model()
+    for lin, pairs, reads in [(4096, 4096 * 3000, 0), (64, 64 * 8000, 64 * 8000), (1, 1, 1)]:
+        assert slow.iteration_time(lin, pairs, reads) == pytest.approx(
+            1.37 * COST.iteration_time(lin, pairs, reads), rel=1e-12)
+    assert slow.swap_time(1000) == pytest.approx(COST.swap_time(1000))
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="time factor"):
+            PROFILE.time_scaled(bad)
+
+
 def test_two_agents_share_nothing_but_batch_together():
     """Two requests of different agents that both fit: their prefixes are recomputed in one
     iteration, the prompts in the next, then they decode as a batch of two."""

@@ -94,6 +94,18 @@ class Profile:
     def with_overrides(self, **kw) -> "Profile":
         return replace(self, **kw)
 
+    def time_scaled(self, factor: float) -> "Profile":
+        """The same profile on a machine ``factor`` times slower: every iteration time (fixed
+        overhead, compute and memory arms alike) multiplied by ``factor``; the host link is
+        left as it is.  Used to replay a calibrated profile at an engine's measured speed."""
+        if not (factor > 0 and math.isfinite(factor)):
+            raise ValueError(f"profile {self.name!r}: time factor {factor} must be finite "
+                             "and > 0")
+        h = self.hardware
+        return replace(self, hardware=replace(
+            h, overhead_s=h.overhead_s * factor, peak_flops=h.peak_flops / factor,
+            hbm_bytes_per_s=h.hbm_bytes_per_s / factor))
+
 
 class CostModel:
     """Iteration, prefill, decode and swap times for one hardware + model pair (seconds)."""
