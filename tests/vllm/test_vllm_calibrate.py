@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from topas.engine.cost import CostModel, Hardware, ModelShape
+from topas.integrations.vllm import calibrate
 from topas.integrations.vllm.calibrate import fit, iteration_row, measure
 from topas.integrations.vllm.tiny_model import SHAPE
 
@@ -98,3 +99,34 @@ def test_fit_from_traced_iterations_alone():
     assert prof.calibration["prefill_total_rel_err"] < 0.02
     with pytest.raises(ValueError, match="prefill and decode"):
         fit({}, PARAMS, kv_budget_tokens=4096, rows=[r for r in rows if r[4] == "decode"])
+
+
+def test_speed_index_is_the_geometric_mean_of_measured_over_predicted(monkeypatch):
+    """Each reference iteration's measured time over the profile's prediction, combined by
+    geometric mean; the prefix cache is emptied first so the cold prefill is cold."""
+    from topas.engine.cost import get_profile
+    prof = get_profile("cpu/tiny-llama")
+    cm = prof.cost_model()
+
+    def t(sched, factor):  # the profile's own prediction for this iteration, times factor
+        lin, pairs, reads, _, _ = iteration_row(sched, 0.0)
+        return factor * cm.iteration_time(lin, pairs, reads)
+
+    slow = {"prefill": [(256, t([(256, 0)], 1.5))],
+            "ctx_prefill": [(64, 1024, t([(64, 1024)], 2.0))],
+            "decode": [(1, 256, t([(1, 256)], 1.5)), (2, 512, t([(1, 512)] * 2, 1.0))],
+            "stat": "mean"}
+    seen = {}
+    monkeypatch.setattr(calibrate, "measure", lambda llm, **kw: seen.update(kw) or slow)
+
+    class FakeLLM:
+        resets = 0
+
+        def reset_prefix_cache(self):
+            FakeLLM.resets += 1
+            return True
+
+    got = calibrate.speed_index(FakeLLM(), prof, reps=4)
+    assert got == pytest.approx((1.5 * 2.0 * 1.5 * 1.0) ** 0.25)
+    assert FakeLLM.resets == 1
+    assert seen["reps"] == 4 and seen["decode_points"] == calibrate.ANCHOR["decode_points"]

@@ -341,3 +341,22 @@ def test_real_vs_sim_self_calibrated(engine, llm, tiny_model, monkeypatch):
     assert all(r["real_mean_jct_s"] > 0 and r["sim_mean_jct_s"] > 0 for r in out["runs"])
     assert out["summary"]["fcfs"]["real_mean_jct_vs_fcfs"] == 1.0
     assert "schedule" not in sched.__dict__
+    # every run is bracketed by the speed reference, and the anchored simulator run uses it
+    for r in out["runs"]:
+        assert r["speed_index"] == pytest.approx((r["speed_before"] * r["speed_after"]) ** 0.5)
+        assert 0.1 < r["speed_index"] < 20 and r["anchored_sim_mean_jct_s"] > 0
+
+
+def test_speed_index_is_measured_over_predicted_on_the_engine(engine, llm):
+    """Against a profile that predicts everything twice as fast, the same engine is about
+    twice as slow (two measurements, so only roughly: the machine's speed drifts)."""
+    from topas.engine.cost import get_profile
+    from topas.integrations.vllm.calibrate import speed_index
+
+    eng, _ = engine
+    shipped = get_profile("cpu/tiny-llama")
+    a = speed_index(llm, shipped, reps=2)
+    b = speed_index(llm, shipped.time_scaled(0.5), reps=2)
+    assert not eng.has_unfinished_requests()
+    assert 0.1 < a < 20
+    assert 1.2 < b / a < 3.4

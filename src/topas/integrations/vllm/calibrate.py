@@ -127,6 +127,30 @@ def measure(llm, *, prefill_sizes=(128, 256, 512, 1024, 1536, 2048),
     return {"prefill": prefill, "ctx_prefill": ctx_prefill, "decode": decode, "stat": stat}
 
 
+#: the reference iterations :func:`speed_index` times: a cold prefill, an agent-prefix-hit
+#: prefill and two steady decode batches (small enough for a 4 MiB KV cache)
+ANCHOR = {"prefill_sizes": (256,), "ctx_prefill_points": ((64, 1024),),
+          "decode_points": ((1, 256), (2, 512))}
+
+
+def speed_index(llm, profile: Profile, reps: int = 4) -> float:
+    """How many times slower than ``profile`` predicts this engine process runs *now*: the
+    geometric mean over :data:`ANCHOR`'s iterations of measured / predicted time (about 1.5 s).
+
+    Why: on a shared virtual machine the same engine step takes 1.6x longer for minutes at a
+    time (a pure-Python loop alone swings 5.6 <-> 9.4 ms while nothing else runs in the VM;
+    docs/vllm.md), so a profile fitted at one moment cannot predict absolute times at another.
+    Timing a fixed reference right before and after a run, in the same engine process,
+    measures the machine's speed without looking at the run itself.  Empties the prefix cache
+    first (so the cold prefill is cold); call it between runs, never during one."""
+    llm.reset_prefix_cache()
+    meas = measure(llm, reps=reps, stat="mean", **ANCHOR)
+    cm = profile.cost_model()
+    ratios = [t / cm.iteration_time(lin, pairs, reads)
+              for lin, pairs, reads, t, _ in rows_from_measurements(meas)]
+    return float(np.exp(np.mean(np.log(ratios))))
+
+
 #: one engine iteration: (linear tokens, attention pairs, KV tokens read, seconds, kind)
 #: in the cost model's terms (:meth:`topas.engine.cost.CostModel.iteration_time`); ``kind`` is
 #: "prefill" when the iteration prefills anything, else "decode"
@@ -280,10 +304,14 @@ def write_profile(p: Profile, path: Path = PROFILE_PATH) -> Path:
 def run_real(model: str, workload: str, policies, *, n_tasks: int, rate: float | None,
              seed: int, token_scale: float, time_scale: float, kv_cache_bytes: int,
              llm=None, profile: Profile | None = None,
-             trace: IterationTrace | None = None) -> tuple:
+             trace: IterationTrace | None = None, anchor: bool = False) -> tuple:
     """Real-engine runs of ``policies`` on the same scaled tasks; one engine, policy swapped
     between runs (prefix cache, pins, held contexts and counters reset).  Returns
-    ``({policy: SimResult}, scaled tasks, agents, llm, {policy: engine counters})``."""
+    ``({policy: SimResult}, scaled tasks, agents, llm, {policy: engine counters})``.
+
+    ``anchor``: time :func:`speed_index` (against ``profile``, default the shipped
+    ``cpu/tiny-llama``) right before and right after each run; the counters then also hold
+    ``speed_before``, ``speed_after`` and ``speed_index`` (their geometric mean)."""
     from topas.api import sample_tasks
     from topas.integrations.vllm.driver import (DriveConfig, InProcessBackend, drive, make_llm,
                                                 scale_tasks)
@@ -296,8 +324,25 @@ def run_real(model: str, workload: str, policies, *, n_tasks: int, rate: float |
     sched = backend.scheduler()
     if trace is not None:
         trace.attach(sched)
+    ref = profile
+    if anchor and ref is None:
+        from topas.engine.cost import get_profile
+        ref = get_profile("cpu/tiny-llama")
+
+    def speed() -> float:
+        # the reference iterations run under FCFS with nothing pinned, outside the trace
+        sched.set_policy("fcfs", seed=seed)
+        sched.unpin_all()
+        if trace is not None:
+            IterationTrace.detach(sched)
+        s = speed_index(llm, ref)
+        if trace is not None:
+            trace.attach(sched)
+        return s
+
     out, stats = {}, {}
     for pol in policies:
+        before = speed() if anchor else None
         sched.set_policy(pol, seed=seed)
         sched.unpin_all()
         llm.reset_prefix_cache()
@@ -305,6 +350,10 @@ def run_real(model: str, workload: str, policies, *, n_tasks: int, rate: float |
         out[pol] = drive(scaled, agents, backend, policy=pol, seed=seed, profile=profile,
                          run_id=f"{pol}-{time.time_ns()}")
         stats[pol] = dict(sched.topas_stats)
+        if anchor:
+            after = speed()
+            stats[pol].update(speed_before=before, speed_after=after,
+                              speed_index=float(np.sqrt(before * after)))
     return out, scaled, agents, llm, stats
 
 
@@ -326,7 +375,8 @@ COUNTERS = ("policy_preemptions", "guard_admissions", "evictions", "holds", "hol
 
 def real_vs_sim(model: str, workload: str, policies, seeds, *, n_tasks: int,
                 rate: float | None, token_scale: float, time_scale: float,
-                kv_cache_bytes: int, progress=print, self_calibrate: bool = False) -> dict:
+                kv_cache_bytes: int, progress=print, self_calibrate: bool = False,
+                anchor: bool = True) -> dict:
     """Every policy on every seed in the real engine and in the simulator (the same scaled
     tasks, the ``cpu/tiny-llama`` profile, the engine's KV budget): per-run rows and a
     summary per policy (mean over seeds; ratios to FCFS are per seed, then the median).
@@ -335,7 +385,12 @@ def real_vs_sim(model: str, workload: str, policies, seeds, *, n_tasks: int,
     iterations of the *first* policy's real run on this very engine process (joined by the
     shipped profile's synthetic points if the trace alone cannot be fitted), and predicts the
     others out of sample -- what is left of the error once the engine process's own speed
-    (which varies between processes on the CPU backend) is known."""
+    (which varies between processes on the CPU backend) is known.
+
+    ``anchor`` (default): each real run is bracketed by :func:`speed_index`, and the
+    simulator also runs the shipped profile scaled to that speed (``anchored_*`` fields):
+    the error that is left once the machine's speed at the time of the run is known, measured
+    on fixed reference iterations, never on the run itself."""
     from topas.engine.cost import get_profile
     from topas.metrics import summarize
     shipped = get_profile("cpu/tiny-llama")
@@ -345,7 +400,7 @@ def real_vs_sim(model: str, workload: str, policies, seeds, *, n_tasks: int,
     runs: list[dict] = []
     llm = None
     kw = dict(n_tasks=n_tasks, rate=rate, token_scale=token_scale, time_scale=time_scale,
-              kv_cache_bytes=kv_cache_bytes)
+              kv_cache_bytes=kv_cache_bytes, anchor=anchor)
     for seed in seeds:
         t = time.perf_counter()
         prof = shipped
@@ -371,24 +426,39 @@ def real_vs_sim(model: str, workload: str, policies, seeds, *, n_tasks: int,
                                                        llm=llm, profile=prof, **kw)
         for pol, r in res.items():
             real = summarize(r)
-            sim = summarize(run_sim(scaled, agents, pol, prof, seed, kv_tokens))
+            sim_res = run_sim(scaled, agents, pol, prof, seed, kv_tokens)
+            sim = summarize(sim_res)
+            anchored = {}
+            if anchor:
+                speed = stats[pol]["speed_index"]
+                a_sim = summarize(run_sim(scaled, agents, pol, shipped.time_scaled(speed),
+                                          seed, kv_tokens))
+                anchored = {
+                    "speed_before": stats[pol]["speed_before"],
+                    "speed_after": stats[pol]["speed_after"], "speed_index": speed,
+                    "anchored_sim_mean_jct_s": a_sim["mean_jct_s"],
+                    "anchored_mean_jct_rel_err": abs(a_sim["mean_jct_s"] - real["mean_jct_s"])
+                    / real["mean_jct_s"]}
             runs.append({
                 "policy": pol, "seed": seed,
                 "real_mean_jct_s": real["mean_jct_s"], "real_p99_jct_s": real["p99_jct_s"],
                 "real_prefix_hit_rate": real["prefix_hit_rate"],
                 "sim_mean_jct_s": sim["mean_jct_s"], "sim_p99_jct_s": sim["p99_jct_s"],
                 "sim_prefix_hit_rate": sim["prefix_hit_rate"],
+                "sim_preemptions": sim_res.counters.preemptions,
                 "mean_jct_rel_err": abs(sim["mean_jct_s"] - real["mean_jct_s"])
                 / real["mean_jct_s"],
                 "profile": "self-calibrated on " + policies[0] if self_calibrate else prof.name,
-                **{k: stats[pol][k] for k in COUNTERS}})
+                **{k: stats[pol][k] for k in COUNTERS}, **anchored})
         progress(f"seed {seed}: {len(res)} policies in {time.perf_counter() - t:.0f} s")
     summary: dict[str, dict] = {}
     for pol in policies:
         mine = [r for r in runs if r["policy"] == pol]
         row = {k: float(np.mean([r[k] for r in mine])) for k in (
             "real_mean_jct_s", "real_p99_jct_s", "sim_mean_jct_s", "sim_p99_jct_s",
-            "mean_jct_rel_err", "real_prefix_hit_rate", *COUNTERS)}
+            "mean_jct_rel_err", "real_prefix_hit_rate", *COUNTERS, "sim_preemptions", *(
+                ("speed_index", "anchored_sim_mean_jct_s", "anchored_mean_jct_rel_err")
+                if anchor else ()))}
         if "fcfs" in policies:
             for side in ("real", "sim"):
                 ratios = [r[f"{side}_mean_jct_s"] / f[f"{side}_mean_jct_s"] for r in mine
@@ -401,8 +471,11 @@ def real_vs_sim(model: str, workload: str, policies, seeds, *, n_tasks: int,
 def print_table(summary: dict) -> None:
     cols = [("real_mean_jct_s", "real mean"), ("real_p99_jct_s", "real p99"),
             ("sim_mean_jct_s", "sim mean"), ("mean_jct_rel_err", "sim err"),
+            ("speed_index", "speed"), ("anchored_sim_mean_jct_s", "anchored sim"),
+            ("anchored_mean_jct_rel_err", "anchored err"),
             ("real_mean_jct_vs_fcfs", "real vs fcfs"), ("sim_mean_jct_vs_fcfs", "sim vs fcfs"),
-            ("policy_preemptions", "preempt"), ("holds", "holds"), ("hold_hits", "hold hits")]
+            ("policy_preemptions", "preempt"), ("sim_preemptions", "sim preempt"),
+            ("holds", "holds"), ("hold_hits", "hold hits")]
     cols = [c for c in cols if any(c[0] in r for r in summary.values())]
     print("| policy | " + " | ".join(h for _, h in cols) + " |")
     print("|---" * (len(cols) + 1) + "|")
@@ -410,7 +483,7 @@ def print_table(summary: dict) -> None:
         cells = []
         for k, _ in cols:
             v = r.get(k)
-            cells.append("" if v is None else f"{v:.1%}" if k == "mean_jct_rel_err"
+            cells.append("" if v is None else f"{v:.1%}" if k.endswith("rel_err")
                          else f"{v:.3f}" if "vs_fcfs" in k else f"{v:.2f}")
         print(f"| {pol} | " + " | ".join(cells) + " |")
 
@@ -433,6 +506,9 @@ def main(argv=None) -> int:
     ap.add_argument("--self-calibrate", action="store_true",
                     help="fidelity/compare: fit the simulator's profile per seed to the first "
                          "policy's real run on the same engine process (others out of sample)")
+    ap.add_argument("--no-anchor", action="store_true",
+                    help="fidelity/compare: skip the speed reference timed before and after "
+                         "each real run (and the simulator runs scaled to it)")
     ap.add_argument("--from-workload", default=None, metavar="NAME",
                     help="calibrate: also fit every iteration of a real FCFS run of this "
                          "workload (--tasks/--rate/--token-scale/--time-scale/--seed apply)")
@@ -481,7 +557,8 @@ def main(argv=None) -> int:
         seeds = [int(x) for x in a.seeds.split(",")] if a.seeds else [a.seed]
         out = real_vs_sim(model, a.workload, a.policies.split(","), seeds, n_tasks=a.tasks,
                           rate=a.rate, token_scale=a.token_scale, time_scale=a.time_scale,
-                          kv_cache_bytes=kv_bytes, self_calibrate=a.self_calibrate)
+                          kv_cache_bytes=kv_bytes, self_calibrate=a.self_calibrate,
+                          anchor=not a.no_anchor)
         report.update(out)
         print_table(out["summary"])
     if a.json:
