@@ -137,9 +137,10 @@ def speed_index(llm, profile: Profile, reps: int = 4) -> float:
     """How many times slower than ``profile`` predicts this engine process runs *now*: the
     geometric mean over :data:`ANCHOR`'s iterations of measured / predicted time (about 1.5 s).
 
-    Why: on a shared virtual machine the same engine step takes 1.6x longer for minutes at a
-    time (a pure-Python loop alone swings 5.6 <-> 9.4 ms while nothing else runs in the VM;
-    docs/vllm.md), so a profile fitted at one moment cannot predict absolute times at another.
+    Why: on a shared virtual machine the same engine step takes up to ~1.9x longer for
+    minutes at a time (a pure-Python loop alone swings 1.8x while nothing else runs in the VM:
+    ``benchmarks/machine_speed.py``; docs/vllm.md), so a profile fitted at one moment cannot
+    predict absolute times at another.
     Timing a fixed reference right before and after a run, in the same engine process,
     measures the machine's speed without looking at the run itself.  Empties the prefix cache
     first (so the cold prefill is cold); call it between runs, never during one."""
