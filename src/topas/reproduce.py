@@ -100,15 +100,29 @@ class Job:
     rate: float
     seed: int
     n_tasks: int
+    #: the engine keeps unheld contexts of finished calls in free memory (vLLM APC / SGLang
+    #: radix cache semantics)
+    context_cache: bool = False
+    #: policy parameters, as sorted ``(name, value)`` pairs
+    params: tuple[tuple[str, object], ...] = ()
 
     def key(self, version: str) -> str:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.workload)
-        return f"{safe}__{self.policy}__r{self.rate:g}__s{self.seed}__n{self.n_tasks}__{version}"
+        extra = "__cc" if self.context_cache else ""
+        if self.params:
+            extra += "__p" + hashlib.sha256(repr(self.params).encode()).hexdigest()[:10]
+        return (f"{safe}__{self.policy}__r{self.rate:g}__s{self.seed}__n{self.n_tasks}"
+                f"{extra}__{version}")
 
     def command(self) -> str:
         """The single-run CLI command that makes the same numbers."""
-        return (f"topas run --workload {self.workload} --policy {self.policy} "
-                f"--rate {self.rate:g} --tasks {self.n_tasks} --seed {self.seed}")
+        cmd = (f"topas run --workload {self.workload} --policy {self.policy} "
+               f"--rate {self.rate:g} --tasks {self.n_tasks} --seed {self.seed}")
+        if self.context_cache:
+            cmd += " --context-cache"
+        for k, v in self.params:
+            cmd += f" --param {k}={v}"
+        return cmd
 
 
 @dataclass(frozen=True)
@@ -221,7 +235,8 @@ def run_job(job: Job) -> dict:
     t0 = time.perf_counter()
     try:
         res = simulate(job.workload, job.policy, rate=job.rate, n_tasks=job.n_tasks,
-                       seed=job.seed)
+                       seed=job.seed, policy_params=dict(job.params),
+                       context_cache=job.context_cache)
     except Exception as e:  # noqa: BLE001 -- a failed run is a result the report must show
         # deterministic for this code version, so it is cached like a success
         msg = str(e).splitlines()[0] if str(e) else ""

@@ -102,7 +102,9 @@ class Topas:
                  move: bool = True, redo: bool = True, revoke: bool = True,
                  min_gain_s: float = DEFAULTS["min_gain_s"],
                  joint_gain: bool = DEFAULTS["joint_gain"], redo_cost: str = "engine",
-                 revoke_value: str = "credit", name: str = "topas") -> None:
+                 revoke_value: str = "credit", max_preempt: int | None = None,
+                 joint_share: str = "split", age_form: str = "log", hol_block: str = "none",
+                 group_agents: str = "none", name: str = "topas") -> None:
         if M < 0 or K < 1:
             raise ValueError(f"topas: M={M} must be >= 0 and K={K} >= 1")
         if beta < 0 or rho < 0:
@@ -116,6 +118,35 @@ class Topas:
         if revoke_value not in ("credit", "current"):
             raise ValueError(f"topas: revoke_value={revoke_value!r} must be 'credit' or "
                              "'current'")
+        if max_preempt is not None and max_preempt < 0:
+            raise ValueError(f"topas: max_preempt={max_preempt} must be >= 0 or None (= K)")
+        if joint_share not in ("split", "full"):
+            raise ValueError(f"topas: joint_share={joint_share!r} must be 'split' or 'full'")
+        if age_form not in ("log", "rank"):
+            raise ValueError(f"topas: age_form={age_form!r} must be 'log' or 'rank'")
+        self.max_preempt = K if max_preempt is None else max_preempt
+        self.joint_share = joint_share
+        if hol_block is True:
+            hol_block = "all"
+        if hol_block in (False, None):
+            hol_block = "none"
+        if hol_block not in ("none", "all", "fanout"):
+            raise ValueError(f"topas: hol_block={hol_block!r} must be 'none', 'all' or "
+                             "'fanout'")
+        self.hol_block = hol_block
+        if group_agents is True:
+            group_agents = "best"
+        if group_agents in (False, None):
+            group_agents = "none"
+        if group_agents not in ("none", "best", "sum", "density"):
+            raise ValueError(f"topas: group_agents={group_agents!r} must be 'none', 'best', "
+                             "'sum' or 'density'")
+        self.group_agents = group_agents
+        self.age_form = age_form
+        #: KV tokens and prefixes a subclass has already committed in this decision (holds
+        #: decided before admission); the search packs into what is left
+        self._committed_tokens = 0
+        self._committed_agents: frozenset[str] = frozenset()
         self.redo_cost = redo_cost
         self.revoke_value = revoke_value
         self.min_gain_s = min_gain_s
@@ -362,7 +393,8 @@ class _Context:
 
         running = snap.running
         prefixes = snap.prefixes
-        self.free0 = snap.free_kv_tokens - sum(reserve(r) for r in running)
+        self.free0 = (snap.free_kv_tokens - sum(reserve(r) for r in running)
+                      - pol._committed_tokens)
         self.resident0 = frozenset(a for a, p in prefixes.items()
                                    if p.location == Location.DEVICE)
         self.running_by_agent: dict[str, list[RequestState]] = {}
@@ -372,7 +404,8 @@ class _Context:
         # beyond its running requests), cannot be evicted this decision
         self.pinned = frozenset(a for a in self.resident0
                                 if prefixes[a].transfer in ("in", "compute")
-                                or prefixes[a].users > len(self.running_by_agent.get(a, ())))
+                                or prefixes[a].users > len(self.running_by_agent.get(a, ()))
+                                or a in pol._committed_agents)
         waiting_agents = {r.agent for r in snap.waiting}
         self.active = set(self.resident0) | set(self.running_by_agent) | waiting_agents
         self.defer_s = pol.deferral_s(snap, out_mean)
@@ -431,6 +464,13 @@ class _Context:
         floor = pol.min_gain_s
         task_info = pol._task_info
         aged = pol.aging and pol.rho != 0
+        rank: dict[int, int] | None = None
+        if aged and pol.age_form == "rank":
+            # strict-ish task priority: a task's weight grows with the number of unfinished
+            # tasks that arrived after it (g_i = 1 + rho * younger_i)
+            order = sorted(tasks.values(), key=lambda t: (t.arrival_s, t.task_id))
+            n_t = len(order)
+            rank = {t.task_id: n_t - 1 - k for k, t in enumerate(order)}
         for r in snap.waiting:
             tid = r.task_id
             info = task_info.get(tid)
@@ -444,8 +484,11 @@ class _Context:
             if w is None:
                 entries[tid] = e
                 # g_i(t) (see Topas.age_weight)
-                w = weights[tid] = (1.0 + pol.rho * math.log1p(
-                    max(0.0, now - ts.arrival_s) / h_age)) if aged else 1.0
+                if rank is not None:
+                    w = weights[tid] = 1.0 + pol.rho * rank[tid]
+                else:
+                    w = weights[tid] = (1.0 + pol.rho * math.log1p(
+                        max(0.0, now - ts.arrival_s) / h_age)) if aged else 1.0
             if info[2]:
                 # the only ready stage, nothing running: deferring shifts every path by D_t
                 delta, l_now = self.defer_s, info[3]
@@ -486,6 +529,29 @@ class _Context:
                     c.gain = max(c.gain, c.age_w * share)
         # highest gain first; ties: shorter expected remaining path, then oldest
         cands.sort(key=lambda c: (-c.gain, c.l_i, c.req.seq))
+        if pol.group_agents != "none":
+            # Parrot's co-scheduling: each candidate is followed by every other candidate of
+            # its agent (the shared prefix is made resident once and serves them all in one
+            # batch); groups keep the order of their best candidate
+            groups: dict[str, list[_Cand]] = {}
+            for c in cands:
+                groups.setdefault(c.agent, []).append(c)
+            mode = pol.group_agents
+            if mode != "best":
+                def value(a: str) -> float:
+                    g = groups[a]
+                    v = sum(c.gain for c in g)
+                    if mode == "density":
+                        kv = sum(c.tokens for c in g)
+                        if a not in self.resident0:
+                            kv += snap.prefixes[a].tokens
+                        v /= max(kv, 1)
+                    return v
+                order_a = sorted(groups, key=lambda a: -value(a))
+                groups = {a: groups[a] for a in order_a}
+            cands = [c for g in groups.values() for c in g]
+        if pol.hol_block != "none":
+            cands = self.head_of_line(cands)
         self.cands = cands
         self.max_batch = snap.config.max_batch_requests
         # smallest KV need of a positive-gain candidate per agent (tokens, prefix excluded):
@@ -506,12 +572,42 @@ class _Context:
                     lst.append(c.gain)
         self._memo: dict[tuple, Choice | None] = {}
 
+    def head_of_line(self, cands: list["_Cand"]) -> list["_Cand"]:
+        """The candidates before the first one that cannot fit even if every earlier one is
+        admitted and every idle prefix is evicted (``hol_block``): memory that frees up then
+        goes to that request, not to requests it outranks (head-of-line blocking, as FCFS,
+        Parrot and SPF admit)."""
+        snap = self.snap
+        prefixes = snap.prefixes
+        free = self.free0
+        evictable = {a: prefixes[a].tokens for a in self.resident0
+                     if a not in self.pinned and a not in self.running_by_agent}
+        free += sum(evictable.values())
+        resident = set(self.resident0)
+        batch = len(snap.running)
+        for i, c in enumerate(cands):
+            need = c.tokens
+            if c.agent in evictable:
+                free -= evictable.pop(c.agent)  # now needed: it stays resident
+            elif c.agent not in resident:
+                need += prefixes[c.agent].tokens
+            if need > free or batch >= snap.config.max_batch_requests:
+                if self.pol.hol_block == "all" or c.task_id in self.multi:
+                    return cands[:i]
+                continue  # "fanout": only a fan-out stage's request blocks what follows
+            resident.add(c.agent)
+            free -= need
+            batch += 1
+        return cands
+
     def joint_share(self, e, n_ready: int) -> float:
         """``(L_i(none started) - L_i(all ready started)) / n``: a task's gain from starting all
         of its ``n`` ready stages now, shared equally (seconds)."""
         now = self.snap.time_s
         l_none = e.expected_lp(now, list(e.ready), self.defer_s)
         l_all = e.expected_lp(now)
+        if self.pol.joint_share == "full":
+            return max(0.0, l_none - l_all)
         return max(0.0, l_none - l_all) / max(1, n_ready)
 
     def cond_gain(self, c: "_Cand", admitted: tuple[str, ...]) -> float:
@@ -568,7 +664,7 @@ class _Context:
                     for r in rs:
                         preempt.append(r.request_id)
                         free += self.release[r.request_id]
-            if len(preempt) > pol.K:
+            if len(preempt) > pol.max_preempt:
                 self._memo[(core, None)] = (None,)
                 return None
             evict = [a for a in self.resident0 if a not in allowed]
@@ -609,7 +705,7 @@ class _Context:
                         lost += self.redo[r.request_id]
                     if pol.use_revoke:
                         lost += self.revoke[r.request_id]
-        if n_pre > pol.K:
+        if n_pre > pol.max_preempt:
             return -math.inf
         gains: list[float] = []
         for a in allowed:
@@ -673,10 +769,11 @@ class _Context:
                 for o in self.by_task[c.task_id]:
                     if o.req.request_id not in done:
                         gains[o.req.request_id] = self.cond_gain(o, tuple(hs))
-                order = sorted((x for x in cands if x.req.request_id not in done),
-                               key=lambda x: (-gains.get(x.req.request_id, x.gain), x.l_i,
-                                              x.req.seq))
-                i = 0
+                if pol.group_agents == "none":  # grouped: the order is fixed for the decision
+                    order = sorted((x for x in cands if x.req.request_id not in done),
+                                   key=lambda x: (-gains.get(x.req.request_id, x.gain),
+                                                  x.l_i, x.req.seq))
+                    i = 0
             elif new_prefix:
                 i = 0  # requests of this agent skipped before may fit now
                 order = [x for x in order if x.req.request_id not in done]

@@ -45,8 +45,9 @@ class TopasHold(Topas):
 
     def __init__(self, seed: int = 0, memory_weight: float = 1.0, cold_mean_s: float = 1.0,
                  max_ttl_s: float = 30.0, min_samples: int = 3, slack_s: float = 0.05,
-                 name: str = "topas-hold", **params) -> None:
+                 hold_first: bool = False, name: str = "topas-hold", **params) -> None:
         super().__init__(seed=seed, name=name, **params)
+        self.hold_first = hold_first
         # the tool-duration learner (and its parameter checks) is Continuum's
         self.tools = Continuum(seed=seed, memory_weight=memory_weight, cold_mean_s=cold_mean_s,
                                max_ttl_s=max_ttl_s, min_samples=min_samples, slack_s=slack_s)
@@ -59,17 +60,46 @@ class TopasHold(Topas):
         return self.tools.ttl_for_benefit(snap, h, reload_s(snap, h))
 
     # -- the decision -----------------------------------------------------------------------
+    def _offered(self, snap: Snapshot, arrival) -> list[tuple[tuple[int, str], object]]:
+        """Contexts offered this event whose stage is in its tool call, oldest task first."""
+        now, tasks = snap.time_s, snap.tasks
+        return sorted(((k, h) for k, h in snap.held.items()
+                       if h.expires_s <= now and k[0] in tasks
+                       and tasks[k[0]].stages[k[1]].status == StageStatus.TOOL),
+                      key=lambda kv: arrival(kv[0][0]))
+
     def decide(self, snap: Snapshot) -> Decision:
         self.tools.observe(snap)
-        base = super().decide(snap)
-        if not snap.held:
-            return base
         now = snap.time_s
         tasks = snap.tasks
 
         def arrival(task_id: int) -> tuple[float, int]:
             t = tasks.get(task_id)
             return (t.arrival_s if t is not None else now, task_id)
+
+        early: dict[tuple[int, str], float] = {}
+        if self.hold_first and snap.held:
+            # hold first: offered contexts (oldest task first) take the free KV before the
+            # search packs admissions into what is left
+            plan0 = AdmissionPlan(snap, self.reserve_ratio)
+            free = plan0.free
+            used = 0
+            agents: set[str] = set()
+            for key, h in self._offered(snap, arrival):
+                if h.agent not in plan0.resident:
+                    continue
+                tau = self.ttl_s(snap, key)
+                if tau > 0 and h.tokens <= free - used:
+                    used += h.tokens
+                    agents.add(h.agent)
+                    early[key] = now + tau + self.tools.slack_s
+            self._committed_tokens, self._committed_agents = used, frozenset(agents)
+        try:
+            base = super().decide(snap)
+        finally:
+            self._committed_tokens, self._committed_agents = 0, frozenset()
+        if not snap.held:
+            return base
 
         # the post-decision accounting of TOPAS's choice, with AdmissionPlan's reservations
         plan = AdmissionPlan(snap, self.reserve_ratio)
@@ -91,6 +121,8 @@ class TopasHold(Topas):
             plan.needed.add(r.agent)
             plan.batch += 1
         plan.admitted = list(base.admit)
+        for key in early:
+            plan.free -= snap.held[key].tokens
 
         # release: the oldest request TOPAS left waiting, if only younger held contexts keep
         # it out
@@ -105,7 +137,8 @@ class TopasHold(Topas):
                 mine = arrival(blocked.task_id)
                 idle = plan.batch == 0  # the engine would run nothing: any hold may go
                 live = sorted((k for k, h in snap.held.items()
-                               if h.expires_s > now and (idle or arrival(k[0]) > mine)
+                               if (h.expires_s > now or k in early)
+                               and (idle or arrival(k[0]) > mine)
                                and k != (blocked.task_id, blocked.stage)
                                and k[0] in tasks
                                and tasks[k[0]].stages[k[1]].status == StageStatus.TOOL),
@@ -120,17 +153,19 @@ class TopasHold(Topas):
                 if chosen and need <= plan.free + gain:
                     plan.free += gain
                     if plan.try_admit(blocked, evict=False):
-                        release = chosen
+                        release = [k for k in chosen if k not in early]
+                        for k in chosen:
+                            early.pop(k, None)
                         extra.append(blocked.request_id)
                     else:  # cannot happen (need fits); keep the contexts then
                         plan.free -= gain
             else:
                 blocked = None  # TOPAS left it waiting by choice, not for lack of memory
         # hold: contexts offered now, oldest task first, while they fit the free budget
-        hold: dict[tuple[int, str], float] = {}
+        hold: dict[tuple[int, str], float] = dict(early)
         admitted_keys = {(waiting[rid].task_id, waiting[rid].stage) for rid in plan.admitted}
         for key, h in sorted(snap.held.items(), key=lambda kv: arrival(kv[0][0])):
-            if h.expires_s > now or key in admitted_keys:
+            if h.expires_s > now or key in admitted_keys or key in hold:
                 continue  # already held, or its next call starts now
             if key[0] not in tasks or tasks[key[0]].stages[key[1]].status != StageStatus.TOOL:
                 continue
