@@ -32,7 +32,7 @@ def main() -> None:
         for value in ("credit", "current"):
             ms, pre = [], []
             for seed in args.seeds:
-                s = summarize(simulate(wl, "topas", rate=rate, n_tasks=n, seed=seed,
+                s = summarize(simulate(wl, "topas-paper", rate=rate, n_tasks=n, seed=seed,
                                        policy_params={"revoke_value": value}))
                 ms.append(s["mean_jct_s"])
                 pre.append(s["preemptions"] - s["engine_preemptions"])

@@ -31,7 +31,7 @@ GRIDS = {
 def run(wl: str, rate: float, tasks: int, seeds: list[int], params: dict) -> tuple[float, float]:
     ms, ps = [], []
     for seed in seeds:
-        s = summarize(simulate(wl, "topas", rate=rate, n_tasks=tasks, seed=seed,
+        s = summarize(simulate(wl, "topas-paper", rate=rate, n_tasks=tasks, seed=seed,
                                policy_params=params))
         ms.append(s["mean_jct_s"])
         ps.append(s["p99_jct_s"])

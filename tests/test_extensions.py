@@ -101,7 +101,7 @@ def react_run(policy: str, tool_s: float, rounds: int = 3, budget: int | None = 
 
 def test_topas_hold_keeps_the_context_through_a_short_tool_call():
     held, res = react_run("topas-hold", 0.3)
-    base_held, base = react_run("topas", 0.3)
+    base_held, base = react_run("topas-paper", 0.3)
     assert held == [True, True] and base_held == [False, False]
     # the kept context is not prefilled again, and the task finishes sooner
     assert res.counters.prefill_tokens < base.counters.prefill_tokens
@@ -110,7 +110,7 @@ def test_topas_hold_keeps_the_context_through_a_short_tool_call():
 
 def test_topas_hold_lets_a_long_tool_call_expire():
     held, res = react_run("topas-hold", 100.0)  # beyond max_ttl_s = 30 s
-    _, base = react_run("topas", 100.0)
+    _, base = react_run("topas-paper", 100.0)
     assert held == [False, False]
     assert res.counters.prefill_tokens == base.counters.prefill_tokens
 
@@ -137,7 +137,7 @@ def test_topas_hold_releases_a_younger_tasks_context_for_an_older_blocked_reques
     s = make_snapshot(time_s=8.0, budget=6000, prefixes=[make_prefix("x", 1000, True)],
                       waiting=[r], tasks=[old, young], held={(2, "s"): h})
     s = dataclasses.replace(s, used_kv_tokens=1000 + 3000)  # the live context counts
-    assert make_policy("topas", seed=0, reserve_ratio=0).decide(s).admit == ()
+    assert make_policy("topas-paper", seed=0, reserve_ratio=0).decide(s).admit == ()
     d = make_policy("topas-hold", seed=0, reserve_ratio=0).decide(s)
     assert d.release == ((2, "s"),) and d.admit == (1,) and d.credit[1] == 0.0
     # with room for both, nothing is released

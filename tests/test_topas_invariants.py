@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from topas.api import simulate
 
-VARIANTS = ["topas", "topas-base", "topas-noreuse", "topas-noaging", "topas-oracle"]
+VARIANTS = ["topas", "topas-paper", "topas-base", "topas-noreuse", "topas-noaging",
+            "topas-oracle"]
 
 
 @pytest.mark.parametrize("policy", VARIANTS)

@@ -32,7 +32,7 @@ def reuse_state():
 
 
 def test_reuse_keeps_the_teamleader_prefix_when_its_next_stages_are_about_to_be_ready():
-    dec, ch = decide("topas", reuse_state())
+    dec, ch = decide("topas-paper", reuse_state())
     assert dec.admit == () and "TL" not in dec.evict
     assert "TL" in ch.resident and ch.terms[4] > 0
     dec, ch = decide("topas-noreuse", reuse_state())
@@ -54,7 +54,7 @@ def aging_state():
 
 
 def test_aging_rescues_a_starving_old_task():
-    dec, _ = decide("topas", aging_state())
+    dec, _ = decide("topas-paper", aging_state())
     assert dec.admit == (1,)
     dec, _ = decide("topas-noaging", aging_state())
     assert dec.admit == (2,)
@@ -80,18 +80,18 @@ def preempt_state(generated: int, credit: float, running_arrival_s: float = 990.
 
 def test_redo_cost_stops_preempting_a_nearly_finished_request():
     params = dict(H_age=10.0)
-    dec, ch = decide("topas", preempt_state(2000, 0.0), **params)
+    dec, ch = decide("topas-paper", preempt_state(2000, 0.0), **params)
     assert dec.preempt == () and dec.admit == ()
-    dec, ch = decide("topas", preempt_state(2000, 0.0), redo=False, **params)
+    dec, ch = decide("topas-paper", preempt_state(2000, 0.0), redo=False, **params)
     assert dec.preempt == (1,) and dec.admit == (2,)
 
 
 def test_revoke_stops_an_admit_preempt_admit_cycle():
     params = dict(H_age=10.0)
     # little generated (cheap to redo) but a large credit granted when it was admitted
-    dec, ch = decide("topas", preempt_state(10, 400.0), **params)
+    dec, ch = decide("topas-paper", preempt_state(10, 400.0), **params)
     assert dec.preempt == () and dec.admit == ()
-    dec, ch = decide("topas", preempt_state(10, 400.0), revoke=False, **params)
+    dec, ch = decide("topas-paper", preempt_state(10, 400.0), revoke=False, **params)
     assert dec.preempt == (1,) and dec.admit == (2,)
     assert ch.terms[3] == 0.0 and ch.terms[2] < 1.0
 
@@ -103,7 +103,7 @@ def test_aged_revoke_stops_swapping_equally_old_tasks():
     redo -- the aged revoke cancels that gain and keeps the running one; a truly older
     waiting task still gets its way."""
     params = dict(H_age=10.0)
-    dec, _ = decide("topas", preempt_state(10, 0.0, running_arrival_s=950.0), **params)
+    dec, _ = decide("topas-paper", preempt_state(10, 0.0, running_arrival_s=950.0), **params)
     assert dec.preempt == (1,) and dec.admit == (2,)
     dec, ch = decide("topas-aged-revoke", preempt_state(10, 0.0, running_arrival_s=950.0),
                      **params)
@@ -129,16 +129,16 @@ def move_state():
 
 
 def test_move_cost_prefers_the_resident_agent_when_gains_tie():
-    dec, ch = decide("topas", move_state())
+    dec, ch = decide("topas-paper", move_state())
     assert dec.admit == (1,) and dec.evict == ()
     gains = dict(ch.credit)
     assert 0 < ch.terms[0] < 1.0 + gains[1]  # the gains nearly tie
-    dec, ch = decide("topas", move_state(), move=False)
+    dec, ch = decide("topas-paper", move_state(), move=False)
     assert dec.admit == (2,)
 
 
 def test_admission_records_the_granted_credit():
-    dec, ch = decide("topas", move_state())
+    dec, ch = decide("topas-paper", move_state())
     assert set(dec.credit) == set(dec.admit) and all(v > 0 for v in dec.credit.values())
 
 
@@ -157,11 +157,11 @@ def diamond_state():
 
 
 def test_complementary_ready_stages_are_both_started_on_an_idle_engine():
-    dec, ch = decide("topas", diamond_state())
+    dec, ch = decide("topas-paper", diamond_state())
     assert sorted(dec.admit) == [1, 2]
     # without the joint share and the work-conserving floor the spec's marginal gains are 0
     # and the engine would stay idle (the simulator reports a stall)
-    dec, ch = decide("topas", diamond_state(), joint_gain=False, min_gain_s=0.0)
+    dec, ch = decide("topas-paper", diamond_state(), joint_gain=False, min_gain_s=0.0)
     assert dec.admit == ()
 
 
@@ -188,9 +188,9 @@ def test_engine_redo_cost_counts_the_prompt_prefill_a_preemption_throws_away():
     preempt a request whose 12k-token prompt was just prefilled for a ~2 s gain; charging
     the engine's real redo (~5 s) stops it; with a short prompt both preempt."""
     params = dict(H_age=10.0)
-    dec, ch = decide("topas", long_prompt_state(12000), redo_cost="decode", **params)
+    dec, ch = decide("topas-paper", long_prompt_state(12000), redo_cost="decode", **params)
     assert dec.preempt == (1,) and dec.admit == (2,)
-    dec, ch = decide("topas", long_prompt_state(12000), **params)
+    dec, ch = decide("topas-paper", long_prompt_state(12000), **params)
     assert dec.preempt == () and dec.admit == ()
-    dec, ch = decide("topas", long_prompt_state(1000), **params)
+    dec, ch = decide("topas-paper", long_prompt_state(1000), **params)
     assert dec.preempt == (1,) and dec.admit == (2,)

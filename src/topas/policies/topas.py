@@ -39,7 +39,8 @@ from topas.engine.decision import Decision
 from topas.engine.snapshot import Location, Phase, RequestState, Snapshot, StageStatus
 from topas.estimators import EmpiricalResidual, MonteCarloLP, TrueResidual
 from topas.policies import register
-from topas.policies.base import expected_call_output
+from topas.policies.base import AdmissionPlan, expected_call_output
+from topas.policies.parrot import task_fcfs_key
 
 #: defaults chosen by benchmarks/sweep_topas.py (see docs/topas.md)
 DEFAULTS = dict(M=6, K=2, beta=10.0, rho=0.25, H_age=None, min_gain_s=1e-3, joint_gain=True)
@@ -103,8 +104,8 @@ class Topas:
                  min_gain_s: float = DEFAULTS["min_gain_s"],
                  joint_gain: bool = DEFAULTS["joint_gain"], redo_cost: str = "engine",
                  revoke_value: str = "credit", max_preempt: int | None = None,
-                 joint_share: str = "split", age_form: str = "log", hol_block: str = "none",
-                 group_agents: str = "none", name: str = "topas") -> None:
+                 age_form: str = "log", hol_block: bool = False, group_agents: str = "none",
+                 name: str = "topas-paper") -> None:
         if M < 0 or K < 1:
             raise ValueError(f"topas: M={M} must be >= 0 and K={K} >= 1")
         if beta < 0 or rho < 0:
@@ -120,27 +121,13 @@ class Topas:
                              "'current'")
         if max_preempt is not None and max_preempt < 0:
             raise ValueError(f"topas: max_preempt={max_preempt} must be >= 0 or None (= K)")
-        if joint_share not in ("split", "full"):
-            raise ValueError(f"topas: joint_share={joint_share!r} must be 'split' or 'full'")
         if age_form not in ("log", "rank"):
             raise ValueError(f"topas: age_form={age_form!r} must be 'log' or 'rank'")
         self.max_preempt = K if max_preempt is None else max_preempt
-        self.joint_share = joint_share
-        if hol_block is True:
-            hol_block = "all"
-        if hol_block in (False, None):
-            hol_block = "none"
-        if hol_block not in ("none", "all", "fanout"):
-            raise ValueError(f"topas: hol_block={hol_block!r} must be 'none', 'all' or "
-                             "'fanout'")
-        self.hol_block = hol_block
-        if group_agents is True:
-            group_agents = "best"
-        if group_agents in (False, None):
-            group_agents = "none"
-        if group_agents not in ("none", "best", "sum", "density"):
-            raise ValueError(f"topas: group_agents={group_agents!r} must be 'none', 'best', "
-                             "'sum' or 'density'")
+        self.hol_block = bool(hol_block)
+        if group_agents not in ("none", "best", "density"):
+            raise ValueError(f"topas: group_agents={group_agents!r} must be 'none', 'best' "
+                             "or 'density'")
         self.group_agents = group_agents
         self.age_form = age_form
         #: KV tokens and prefixes a subclass has already committed in this decision (holds
@@ -294,10 +281,30 @@ class Topas:
         ctx = _Context(self, snap)
         best = self.search(ctx)
         self.last = best
+        if not snap.running and (best is None or not best.admit):
+            # work conservation: an empty engine never waits while requests do (the Score can
+            # see no positive state, e.g. a prefix of nearly the whole budget that the
+            # search's output reservation cannot fit); admit the oldest task's request that
+            # fits alone, as the engine's default admission would
+            fallback = self.idle_admission(snap)
+            if fallback is not None:
+                return fallback
         if best is None or not (best.admit or best.preempt or best.evict):
             return Decision()
         return Decision(admit=best.admit, preempt=best.preempt, evict=best.evict,
                         credit=dict(best.credit))
+
+    def idle_admission(self, snap: Snapshot) -> Decision | None:
+        """For an empty engine: the oldest task's waiting request that fits (evicting idle
+        prefixes LRU first, one block of headroom if that is all there is), credit 0; None
+        if none fits."""
+        plan = AdmissionPlan(snap, self.reserve_ratio)
+        plan.free -= self._committed_tokens
+        plan.needed |= self._committed_agents
+        for r in sorted(snap.waiting, key=lambda q: task_fcfs_key(snap, q)):
+            if plan.try_admit(r):
+                return plan.decision(credit={r.request_id: 0.0})
+        return None
 
     def search(self, ctx: "_Context") -> Choice | None:
         agents = sorted(ctx.active)
@@ -550,7 +557,7 @@ class _Context:
                 order_a = sorted(groups, key=lambda a: -value(a))
                 groups = {a: groups[a] for a in order_a}
             cands = [c for g in groups.values() for c in g]
-        if pol.hol_block != "none":
+        if pol.hol_block:
             cands = self.head_of_line(cands)
         self.cands = cands
         self.max_batch = snap.config.max_batch_requests
@@ -592,9 +599,7 @@ class _Context:
             elif c.agent not in resident:
                 need += prefixes[c.agent].tokens
             if need > free or batch >= snap.config.max_batch_requests:
-                if self.pol.hol_block == "all" or c.task_id in self.multi:
-                    return cands[:i]
-                continue  # "fanout": only a fan-out stage's request blocks what follows
+                return cands[:i]
             resident.add(c.agent)
             free -= need
             batch += 1
@@ -606,8 +611,6 @@ class _Context:
         now = self.snap.time_s
         l_none = e.expected_lp(now, list(e.ready), self.defer_s)
         l_all = e.expected_lp(now)
-        if self.pol.joint_share == "full":
-            return max(0.0, l_none - l_all)
         return max(0.0, l_none - l_all) / max(1, n_ready)
 
     def cond_gain(self, c: "_Cand", admitted: tuple[str, ...]) -> float:
@@ -808,9 +811,10 @@ class TopasOracle(Topas):
         self.mc = MonteCarloLP(TrueResidual(fn), n_samples=1, seed=self.seed)
 
 
-@register("topas", "TOPAS: Score = aged task-progress gain - prefix moves - redo - revoke + "
-          "one-hop reuse, GREEDYPACK + prefix-set search", source="TOPAS (arXiv 2608.25523)")
-def _topas(seed: int = 0, **params) -> Topas:
+@register("topas-paper", "TOPAS as the paper specifies it: Score = aged task-progress gain - "
+          "prefix moves - redo - revoke + one-hop reuse, GREEDYPACK + prefix-set search",
+          source="TOPAS (arXiv 2608.25523)")
+def _topas_paper(seed: int = 0, **params) -> Topas:
     return Topas(seed=seed, **params)
 
 
