@@ -146,8 +146,9 @@ def test_md_to_html_tables_code_images():
 
 # -- end to end ------------------------------------------------------------------------------
 
-TINY = dict(workloads=("chain3", "metagpt-tl"), policies=("fcfs", "spf", "topas"),
-            ablation_policies=("topas", "topas-base"), seeds=(3,), tasks=2)
+TINY = dict(workloads=("chain3", "metagpt-tl"), policies=("fcfs", "spf", "topas-paper", "topas"),
+            ablation_policies=("topas-paper", "topas-base"), seeds=(3,), tasks=2,
+            paired_seeds=(3, 4), other_workloads=("react",))
 
 
 def test_end_to_end_tiny_writes_report_atomically_and_resumes(tmp_path, monkeypatch):
@@ -170,7 +171,11 @@ def test_end_to_end_tiny_writes_report_atomically_and_resumes(tmp_path, monkeypa
     res, files = rep.reproduce(cfg, out, jobs=1, progress=False, command="topas reproduce t")
     md = (out / "results.md").read_text()
     html_text = (out / "results.html").read_text()
-    for needle in ("## Main table", "TOPAS vs best baseline (ours)", "-27.5%",
+    for needle in ("## Main table", "topas vs best baseline (ours)", "-27.5%",
+                   "topas-paper vs best baseline (ours)",
+                   "## Paired comparison: topas against the best baseline", "**Scoreboard**",
+                   "## The flagship's departures from the paper, one at a time",
+                   "without hol_block", "react (0.025, 2)",
                    "## Ablation (metagpt-tl)", "## Scheduling overhead",
                    "(a) Two agents served alternately", "(b) Two-task toy",
                    "topas run --workload chain3 --policy P --rate 0.25 --tasks 2 --seed S",
@@ -178,7 +183,8 @@ def test_end_to_end_tiny_writes_report_atomically_and_resumes(tmp_path, monkeypa
         assert needle in md, needle
     assert "<table>" in html_text and 'src="img/toy-gantt.png"' in html_text
     pngs = sorted(p.name for p in (out / "img").glob("*.png"))
-    assert {"toy-gantt.png", "ablation.png", "jct-cdf.png", "sweep-chain3.png"} <= set(pngs)
+    assert {"toy-gantt.png", "ablation.png", "jct-cdf.png", "sweep-chain3.png",
+            "paired.png"} <= set(pngs)
     for p in (out / "img").glob("*.png"):
         assert p.read_bytes()[:4] == b"\x89PNG"
     # every report file arrived by a rename from a temporary file in the same folder

@@ -30,18 +30,30 @@ import numpy as np
 
 from topas.metrics.summary import atomic_write_text
 
-#: the policies of the main table and the load sweep (TOPAS last); baselines = all but topas
+#: the policies of the main table and the load sweep: the baselines, then the paper's TOPAS
+#: (the reproduction) and our flagship TOPAS (the target)
 MAIN_POLICIES: tuple[str, ...] = ("fcfs", "spf", "lpm", "dfs-weight", "parrot-fcfs",
-                                  "autellix-las", "kvflow", "continuum", "srpt-ca", "topas")
+                                  "autellix-las", "kvflow", "continuum", "srpt-ca",
+                                  "topas-paper", "topas")
 TARGET_POLICY = "topas"
-BASELINES: tuple[str, ...] = tuple(p for p in MAIN_POLICIES if p != TARGET_POLICY)
-#: the ablation variants (paper: TOPAS-base and single-component variants) plus the oracle
-ABLATION_POLICIES: tuple[str, ...] = ("topas", "topas-base", "topas-noreuse", "topas-noaging",
-                                      "topas-hold",
-                                      "topas-oracle")
+PAPER_POLICY = "topas-paper"
+#: our policies: never counted as a baseline
+OURS: tuple[str, ...] = (PAPER_POLICY, TARGET_POLICY)
+BASELINES: tuple[str, ...] = tuple(p for p in MAIN_POLICIES if p not in OURS)
+#: the ablation variants of the paper's TOPAS (TOPAS-base and single-component variants),
+#: topas-hold, the oracle, and the flagship
+ABLATION_POLICIES: tuple[str, ...] = ("topas-paper", "topas-base", "topas-noreuse",
+                                      "topas-noaging", "topas-hold", "topas-oracle", "topas")
 #: seeds never used for tuning (TOPAS was tuned on 1 and 2)
 FULL_SEEDS: tuple[int, ...] = (3, 4, 5, 6, 7)
 QUICK_SEEDS: tuple[int, ...] = (3,)
+#: the paired comparison (topas vs every baseline): ten untuned seeds, both cache settings
+PAIRED_SEEDS: tuple[int, ...] = tuple(range(3, 13))
+QUICK_PAIRED_SEEDS: tuple[int, ...] = (3, 4)
+#: the built-in agent topologies beyond the paper's five, and their task counts there
+OTHER_WORKLOADS: tuple[str, ...] = ("react", "mapreduce", "debate", "plan-execute",
+                                    "supervisor", "groupchat")
+OTHER_TASKS_FULL, OTHER_TASKS_QUICK, OTHER_BUSY = 80, 24, 1.25
 #: the rates the paper states (task/s): the TL ablation and the SOP overhead measurement
 PAPER_ABLATION = ("metagpt-tl", 0.0175)
 PAPER_OVERHEAD = ("metagpt-sop", 0.15)
@@ -137,6 +149,10 @@ class Config:
     ablation_policies: tuple[str, ...] = ABLATION_POLICIES
     tasks: int | None = None  #: override every task count
     paper_rates: bool = True  #: include the paper's stated TL/SOP rates
+    #: the paired comparison: its seeds (None: PAIRED_SEEDS, or QUICK_PAIRED_SEEDS with
+    #: ``quick``; () leaves it out) and the workloads beyond ``workloads`` it covers
+    paired_seeds: tuple[int, ...] | None = None
+    other_workloads: tuple[str, ...] = OTHER_WORKLOADS
 
     def __post_init__(self) -> None:
         if not self.seeds:
@@ -149,6 +165,14 @@ class Config:
             raise ValueError(f"policies: must include {TARGET_POLICY!r}")
         if self.tasks is not None and self.tasks < 1:
             raise ValueError(f"tasks {self.tasks}: must be >= 1")
+        ps = self.paired()
+        if ps and (len(ps) < 2 or any(s in (1, 2) for s in ps)):
+            raise ValueError(f"paired seeds {list(ps)}: need >= 2 seeds, none of 1 and 2")
+
+    def paired(self) -> tuple[int, ...]:
+        if self.paired_seeds is not None:
+            return self.paired_seeds
+        return QUICK_PAIRED_SEEDS if self.quick else PAIRED_SEEDS
 
     def n_tasks(self, wp: WorkloadPlan) -> int:
         if self.tasks is not None:
@@ -169,10 +193,16 @@ class Plan:
     paper_rate: tuple[Job, ...]
     busy_rate: dict = field(default_factory=dict)  #: workload -> busy rate (task/s)
     ablation_rates: tuple[float, ...] = ()
+    #: every main policy at each workload's busy rate on the paired seeds, cache off and on
+    paired: tuple[Job, ...] = ()
+    #: the flagship with one departure reverted at a time (``off`` parameter), on the first
+    #: five paired seeds, at the busy rates, engine context cache on
+    departures: tuple[Job, ...] = ()
 
     def all_jobs(self) -> list[Job]:
         seen: dict[Job, None] = {}
-        for j in (*self.sweep, *self.ablation, *self.paper_rate):
+        for j in (*self.sweep, *self.ablation, *self.paper_rate, *self.paired,
+                  *self.departures):
             seen.setdefault(j, None)
         return list(seen)
 
@@ -201,13 +231,31 @@ def plan(cfg: Config) -> Plan:
             if w in cfg.workloads:
                 n = cfg.n_tasks(workload_plan(w))
                 paper += [Job(w, p, r, s, n) for p in cfg.policies for s in cfg.seeds]
-    return Plan(tuple(sweep), tuple(ablation), tuple(paper), busy, tuple(abl_rates))
+    paired: list[Job] = []
+    departures: list[Job] = []
+    pseeds = cfg.paired()
+    if pseeds:
+        from topas.policies.topas_ext import DEPARTURES
+
+        for w in (*cfg.workloads, *cfg.other_workloads):
+            if w in busy:
+                n, r = cfg.n_tasks(workload_plan(w)), busy[w]
+            else:
+                n = cfg.tasks or (OTHER_TASKS_QUICK if cfg.quick else OTHER_TASKS_FULL)
+                r = rate_of(w, OTHER_BUSY)
+            for cc in (False, True):
+                paired += [Job(w, p, r, s, n, cc) for p in cfg.policies for s in pseeds]
+            departures += [Job(w, TARGET_POLICY, r, s, n, True, (("off", d),))
+                           for d in DEPARTURES for s in pseeds[:5]]
+    return Plan(tuple(sweep), tuple(ablation), tuple(paper), busy, tuple(abl_rates),
+                tuple(paired), tuple(departures))
 
 
 # -- code version --------------------------------------------------------------------------
 
 #: sources that cannot change a simulation result (the report side, the CLI, integrations)
-_NOT_SIM = ("reproduce.py", "cli.py", "metrics/report.py", "metrics/plots.py", "integrations/")
+_NOT_SIM = ("reproduce.py", "cli.py", "metrics/report.py", "metrics/plots.py",
+            "metrics/paired.py", "integrations/")
 
 
 def code_version() -> str:
@@ -414,7 +462,8 @@ def change_vs_best(values: dict[str, float], target: str = TARGET_POLICY,
     better for JCTs, positive is better for throughput (``higher_is_better``)."""
     if target not in values:
         raise ValueError(f"values: no entry for the target policy {target!r}")
-    base = {p: v for p, v in values.items() if p != target and not math.isnan(v)}
+    base = {p: v for p, v in values.items()
+            if p != target and p not in OURS and not math.isnan(v)}
     if not base:
         raise ValueError("values: no baseline to compare against")
     pick = max if higher_is_better else min
@@ -477,7 +526,7 @@ def motivation_alternation(prefix_tokens: Sequence[int] = (4000, 8000, 12000),
 
 #: the toy's engine: room for one 8k prefix and one request, not two prefixes
 TOY_BUDGET_TOKENS = 10_000
-TOY_POLICIES: tuple[str, ...] = ("spf", "lpm", "topas")
+TOY_POLICIES: tuple[str, ...] = ("spf", "lpm", "topas-paper", "topas")
 
 
 def toy_tasks():

@@ -76,3 +76,63 @@ def best_by_mean(values: Mapping[str, Sequence[float]]) -> str:
     if not values:
         raise ValueError("best_by_mean: no policies")
     return min(sorted(values), key=lambda p: float(np.mean(values[p])))
+
+
+def _per_seed(results: Mapping, jobs, metric: str) -> dict:
+    """``(workload, cache, policy, params) -> {seed: value}`` over the jobs that succeeded."""
+    out: dict = {}
+    for j in jobs:
+        r = results.get(j)
+        if r is None or "error" in r:
+            continue
+        out.setdefault((j.workload, j.context_cache, j.policy, j.params), {})[j.seed] = \
+            float(r[metric])
+    return out
+
+
+def paired_rows(results: Mapping, jobs, target: str, baselines: Sequence[str],
+                others: Sequence[str] = ()) -> list[dict]:
+    """Per (workload, engine cache setting): the best baseline by mean JCT over the seeds and
+    the target's paired difference against it (mean JCT; p99 JCT against the best baseline
+    by p99), and the same for each policy in ``others``.  A policy with a failed seed is left
+    out of the comparison (its row says so)."""
+    jobs = list(jobs)
+    mean = _per_seed(results, jobs, "mean_jct_s")
+    p99 = _per_seed(results, jobs, "p99_jct_s")
+    seeds = sorted({j.seed for j in jobs})
+    keys: dict = {}
+    for j in jobs:
+        keys.setdefault((j.workload, j.context_cache), j)
+    rows = []
+    for (w, cc), j0 in keys.items():
+        def full(table, p):
+            v = table.get((w, cc, p, ()), {})
+            return [v[s] for s in seeds] if len(v) == len(seeds) else None
+
+        base_m = {b: v for b in baselines if (v := full(mean, b)) is not None}
+        base_p = {b: v for b in baselines if (v := full(p99, b)) is not None}
+        row: dict = {"workload": w, "cache": cc, "rate": j0.rate, "n_tasks": j0.n_tasks,
+                     "seeds": seeds, "failed": [p for p in (target, *baselines, *others)
+                                                if full(mean, p) is None]}
+        if not base_m:
+            rows.append(row)
+            continue
+        best, best_p = best_by_mean(base_m), best_by_mean(base_p)
+        row.update(best=best, best_mean=float(np.mean(base_m[best])), best_p99=best_p,
+                   means={p: float(np.mean(v)) for p, v in base_m.items()})
+        for p in (target, *others):
+            tm, tp = full(mean, p), full(p99, p)
+            if tm is None or tp is None:
+                continue
+            row[p] = {"mean": float(np.mean(tm)), "vs_best": paired(tm, base_m[best]),
+                      "p99_vs_best": paired(tp, base_p[best_p])}
+        rows.append(row)
+    return rows
+
+
+def verdict(p: Paired) -> str:
+    if p.significant_gain:
+        return "win"
+    if p.significant_loss:
+        return "loss"
+    return "tie"

@@ -18,8 +18,9 @@ from topas.metrics.summary import atomic_write_bytes
 _COLORS = {
     "fcfs": "#7f7f7f", "spf": "#1f77b4", "lpm": "#2ca02c", "dfs-weight": "#98df8a",
     "parrot-fcfs": "#9467bd", "autellix-las": "#17becf", "kvflow": "#8c564b",
-    "continuum": "#e377c2", "topas": "#d62728", "topas-base": "#ff9896",
-    "topas-noreuse": "#ff7f0e", "topas-noaging": "#ffbb78", "topas-oracle": "#bcbd22",
+    "continuum": "#e377c2", "topas": "#d62728", "topas-paper": "#ff7f0e",
+    "topas-base": "#ff9896",
+    "topas-noreuse": "#c49c94", "topas-noaging": "#ffbb78", "topas-oracle": "#bcbd22",
 }
 
 
@@ -182,5 +183,37 @@ def gantt(path: Path, per_policy: Mapping[str, Mapping], title: str) -> Path:
         ax.grid(alpha=0.3, axis="x")
     axes[-1, 0].set_xlabel("time (s)")
     fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def paired_forest(path: Path, title: str,
+                  panels: Mapping[str, Sequence[tuple[str, Mapping[str, tuple]]]]) -> Path:
+    """One panel per engine setting: for each workload (a row), each policy's paired mean
+    difference against the best baseline with its 95 % interval, in percent.  ``panels`` maps
+    a panel title to ``[(workload, {policy: (mean, lo, hi)})]``."""
+    plt = _plt()
+    n_rows = max(len(v) for v in panels.values())
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 0.42 * n_rows + 1.4),
+                             squeeze=False, sharey=True)
+    for ax, (ptitle, rows) in zip(axes[0], panels.items()):
+        names = [w for w, _ in rows]
+        pols = sorted({p for _, d in rows for p in d})
+        for k, pol in enumerate(pols):
+            off = (k - (len(pols) - 1) / 2) * 0.25
+            for i, (_, d) in enumerate(rows):
+                if pol not in d:
+                    continue
+                m, lo, hi = d[pol]
+                ax.errorbar([m], [i + off], xerr=[[m - lo], [hi - m]], fmt="o", ms=4,
+                            color=color(pol), capsize=2, label=pol if i == 0 else None)
+        ax.axvline(0.0, color="black", lw=0.8)
+        ax.set_yticks(range(len(names)), names)
+        ax.invert_yaxis()
+        ax.set_xlabel("mean JCT vs best baseline (%, paired by seed; 95% CI)")
+        ax.set_title(ptitle, fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0][0].legend(fontsize=8, loc="lower right")
+    fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     return _save(fig, path)
