@@ -7,7 +7,7 @@ STAMP := $(VENV)/.topas-installed
 WORKLOAD ?= metagpt-tl
 RATE ?= 0.0075
 TASKS ?= 40
-POLICIES ?= fcfs,lpm,spf,parrot-fcfs,continuum,topas
+POLICIES ?= fcfs,lpm,spf,parrot-fcfs,continuum,topas-paper,topas
 
 .PHONY: demo test test-all bench venv clean
 

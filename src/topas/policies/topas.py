@@ -94,6 +94,15 @@ class Topas:
     prompt tokens already prefilled plus the generated tokens decoded again, under vLLM's the
     prefill of prompt + generated) or ``"decode"`` (the paper's ``T_decode * y_r`` only,
     which assumes the prompt's KV survives the preemption).
+
+    Departures the flagship ``topas`` switches on (defaults: the paper's choice;
+    ``topas.policies.topas_ext.DEPARTURES``): ``max_preempt`` -- max preemptions per decision
+    (``None``: ``K``); ``age_form`` -- ``"log"`` (the paper's ``g_i``) or ``"rank"``
+    (``g_i = 1 + rho * number of unfinished tasks younger than i``); ``group_agents`` --
+    ``"none"`` (GREEDYPACK by gain), ``"best"`` (Parrot's co-scheduling: each candidate's
+    agent group follows it) or ``"density"`` (agent groups ordered by summed aged gain per KV
+    token, the prefix counted when not resident); ``hol_block`` -- admit nothing past the
+    first candidate that cannot fit even with every idle prefix evicted.
     """
 
     def __init__(self, seed: int = 0, M: int = DEFAULTS["M"], K: int = DEFAULTS["K"],

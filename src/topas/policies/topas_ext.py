@@ -1,4 +1,10 @@
-"""TOPAS-hold: TOPAS plus context reuse through tool calls (our extension, docs/extensions.md).
+"""TOPAS with held contexts: ``topas-hold`` (our extension, docs/extensions.md) and the
+flagship ``topas`` (``DEPARTURES`` below, docs/topas.md).
+
+``holds`` chooses when contexts are held: ``"after"`` (``topas-hold``: around TOPAS's
+admissions, as described below), ``"first"`` (the flagship: offered contexts, oldest task
+first, take the free KV before the search, which packs admissions into what is left; the
+release rules below still apply) or ``"off"`` (the paper's TOPAS).
 
 TOPAS as the paper describes it never keeps a ReAct call's context KV while its stage waits
 on a tool, so the next call re-prefills it; Continuum does keep it (``Decision.hold``) and wins
