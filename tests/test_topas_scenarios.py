@@ -159,10 +159,12 @@ def diamond_state():
 def test_complementary_ready_stages_are_both_started_on_an_idle_engine():
     dec, ch = decide("topas-paper", diamond_state())
     assert sorted(dec.admit) == [1, 2]
-    # without the joint share and the work-conserving floor the spec's marginal gains are 0
-    # and the engine would stay idle (the simulator reports a stall)
+    # without the joint share and the work-conserving floor the spec's marginal gains are 0:
+    # the Score admits nothing, and only the idle-engine fallback (the oldest task's request
+    # that fits, credit 0) keeps the engine from stalling
     dec, ch = decide("topas-paper", diamond_state(), joint_gain=False, min_gain_s=0.0)
-    assert dec.admit == ()
+    assert ch is None or ch.admit == ()
+    assert dec.admit == (1,) and dec.credit == {1: 0.0}
 
 
 def long_prompt_state(prompt: int):
