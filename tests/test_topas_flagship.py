@@ -1,0 +1,133 @@
+"""The flagship ``topas``: one hand-built scenario per departure from the paper in which that
+departure's defining choice is visible (the flagship against itself with the departure
+reverted through ``off=``), and the all-off identity with ``topas-paper``."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from topas.engine.snapshot import HeldContext
+from topas.engine.snapshot import StageStatus as S
+from topas.policies import make_policy
+from topas.policies.topas import _Context
+from topas.policies.topas_ext import DEPARTURES, flagship_params
+
+from test_topas_fixtures import make_prefix, make_request, make_snapshot, make_task
+from test_topas_scenarios import aging_state, diamond_state, move_state, preempt_state
+
+
+def decide(snap, off: str = "", **params):
+    pol = make_policy("topas", seed=0, off=off, **params)
+    return pol.decide(snap)
+
+
+def test_all_departures_off_is_the_paper_policy():
+    off = "+".join(DEPARTURES)
+    for snap in (aging_state(), diamond_state(), move_state(), preempt_state(10, 0.0)):
+        assert decide(snap, off=off) == make_policy("topas-paper", seed=0).decide(snap)
+    assert flagship_params(tuple(DEPARTURES)) == {k: v for _, p in DEPARTURES.values()
+                                                  for k, v in p.items()}
+
+
+def test_no_preempt_keeps_the_running_request():
+    snap = preempt_state(10, 0.0)
+    d = decide(snap, off="no_preempt+hol_block", H_age=10.0)
+    assert d.preempt == (1,) and d.admit == (2,)
+    d = decide(snap, off="hol_block", H_age=10.0)
+    assert d.preempt == () and d.admit == ()
+
+
+def small_requests_state(n: int = 4):
+    """``n`` one-stage tasks of a resident agent, all fitting at once."""
+    tasks = [make_task(i, {"a": ("A", (), S.READY)}, arrival_s=float(i)) for i in range(1, n + 1)]
+    reqs = [make_request(i, t, "a", 500, 2000, ready_s=float(i)) for i, t in
+            enumerate(tasks, start=1)]
+    return make_snapshot(time_s=10.0, prefixes=[make_prefix("A", 2000, True)], waiting=reqs,
+                         tasks=tasks)
+
+
+def test_uncapped_admits_every_request_that_fits():
+    assert len(decide(small_requests_state()).admit) == 4
+    assert len(decide(small_requests_state(), off="uncapped").admit) == 2  # the paper's K=2
+
+
+def test_rank_priority_weights_tasks_by_how_many_younger_tasks_wait():
+    snap = small_requests_state(3)
+    pol = make_policy("topas", seed=0)
+    ctx = _Context(pol, snap)
+    assert ctx.weights == {1: 3.0, 2: 2.0, 3: 1.0}  # 1 + rho * younger, rho = 1
+    pol = make_policy("topas", seed=0, off="rank_priority")
+    ctx = _Context(pol, snap)
+    assert ctx.weights[1] > ctx.weights[2] > ctx.weights[3]
+    assert ctx.weights[1] - ctx.weights[3] < 1.0  # log aging: 10 s of age barely counts
+
+
+def hol_state():
+    """The oldest task's request (6k tokens) does not fit; a younger 1k one does."""
+    old = make_task(1, {"a": ("A", (), S.READY)}, arrival_s=0.0)
+    young = make_task(2, {"a": ("A", (), S.READY)}, arrival_s=5.0)
+    r_old = make_request(1, old, "a", 6000, 2000, ready_s=0.0)
+    r_young = make_request(2, young, "a", 1000, 2000, ready_s=5.0)
+    running = make_task(3, {"a": ("A", (), S.READY)}, arrival_s=-10.0)
+    r_run = make_request(3, running, "a", 3000, 2000, running=True, generated=10)
+    return make_snapshot(time_s=10.0, budget=2000 + 3010 + 3500,
+                         prefixes=[make_prefix("A", 2000, True, users=1)],
+                         running=[r_run], waiting=[r_old, r_young], tasks=[old, young, running])
+
+
+def test_hol_block_keeps_memory_for_the_blocked_oldest_request():
+    assert decide(hol_state()).admit == ()
+    assert decide(hol_state(), off="hol_block").admit == (2,)
+
+
+def group_state():
+    """Both prefixes resident; tasks 1 and 3 (oldest and third) wait on agent X, tasks 2 and
+    4 on agent Y; the free KV fits two requests."""
+    tasks = [make_task(i, {"s": ("X" if i % 2 else "Y", (), S.READY)}, arrival_s=float(i))
+             for i in (1, 2, 3, 4)]
+    reqs = [make_request(t.task_id, t, "s", 1000, 2000, ready_s=t.arrival_s) for t in tasks]
+    return make_snapshot(time_s=10.0, budget=4000 + 2 * (1000 + 153) + 300,
+                         prefixes=[make_prefix("X", 2000, True), make_prefix("Y", 2000, True)],
+                         waiting=reqs, tasks=tasks)
+
+
+def test_group_density_packs_one_agents_group_together():
+    # rank weights 4, 3, 2, 1: X's group carries 6 of them per 2 requests, Y's 4
+    assert sorted(decide(group_state()).admit) == [1, 3]
+    # by gain alone the two oldest tasks go first, one request of each agent
+    assert sorted(decide(group_state(), off="group_density").admit) == [1, 2]
+
+
+def held_state():
+    """Task 1's call just ended in a tool call, offering its 3k-token context; task 2's 3k
+    request waits.  The free KV (3.6k of 20k) fits one of the two."""
+    t1 = make_task(1, {"s": ("A", (), S.TOOL)}, arrival_s=0.0)
+    t2 = make_task(2, {"s": ("A", (), S.READY)}, arrival_s=5.0)
+    r2 = make_request(2, t2, "s", 3000, 1000, ready_s=6.0)
+    h = HeldContext(1, "s", "A", 3000, since_s=8.0, expires_s=8.0)
+    # another agent's prefix, kept by a live context of a third task, fills the rest
+    t3 = make_task(3, {"z": ("Z", (), S.TOOL)}, arrival_s=1.0)
+    hz = HeldContext(3, "z", "Z", 1000, since_s=2.0, expires_s=60.0)
+    # and a running request keeps the engine busy (an idle engine would release every hold)
+    t4 = make_task(4, {"r": ("A", (), S.READY)}, arrival_s=-1.0)
+    r4 = make_request(4, t4, "r", 500, 1000, running=True, generated=10)
+    s = make_snapshot(time_s=8.0, budget=20000 + 510 + 16, waiting=[r2], running=[r4],
+                      tasks=[t1, t2, t3, t4], held={(1, "s"): h, (3, "z"): hz},
+                      prefixes=[make_prefix("A", 1000, True, users=1),
+                                make_prefix("Z", 14400, True, users=1)])
+    return dataclasses.replace(s, used_kv_tokens=1000 + 14400 + 1000 + 510)
+
+
+def test_holds_first_keeps_the_older_tasks_context_before_admitting():
+    d = decide(held_state(), reserve_ratio=0)
+    assert (1, "s") in d.hold and d.admit == ()
+    d = decide(held_state(), reserve_ratio=0, holds="after")  # topas-hold's order
+    assert d.hold == {} and d.admit == (2,)
+    d = decide(held_state(), off="holds", reserve_ratio=0)  # the paper: never holds
+    assert d.hold == {} and d.admit == (2,)
+
+
+def test_reserve_keeps_more_headroom():
+    pol = make_policy("topas", seed=0)
+    assert pol.reserve_ratio == 0.6
+    assert make_policy("topas", seed=0, off="reserve").reserve_ratio == 0.5
