@@ -254,8 +254,8 @@ def plan(cfg: Config) -> Plan:
 # -- code version --------------------------------------------------------------------------
 
 #: sources that cannot change a simulation result (the report side, the CLI, integrations)
-_NOT_SIM = ("reproduce.py", "cli.py", "metrics/report.py", "metrics/plots.py",
-            "metrics/paired.py", "integrations/")
+_NOT_SIM = ("reproduce.py", "cli.py", "metrics/report.py", "metrics/report_paired.py",
+            "metrics/plots.py", "metrics/paired.py", "integrations/")
 
 
 def code_version() -> str:

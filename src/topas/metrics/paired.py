@@ -6,9 +6,10 @@ workload's own seed-to-seed variation (spreads of +-30 % between seeds), and a t
 the ``d_s`` says whether the difference is more than noise.  A mean of per-policy means does
 not: it mixes that variation into both sides.
 
-:func:`win_table` runs a target policy against every baseline on many workloads (cached and
-resumable through :func:`topas.reproduce.run_jobs`) and reports, per workload and engine
-setting, the best baseline and the target's paired difference against it.
+:func:`paired_rows` takes cached runs (:func:`topas.reproduce.run_jobs`) of a target policy
+and the baselines on many workloads and gives, per workload and engine setting, the best
+baseline and the target's paired difference against it (the report's paired section and
+``benchmarks/paired.py`` both use it).
 """
 
 from __future__ import annotations

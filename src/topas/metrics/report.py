@@ -644,12 +644,14 @@ def _ablation_table(rep: Reproduction, jobs, policies) -> str:
     w, r = jobs[0].workload, jobs[0].rate
     mean = _stats(rep, jobs, "mean_jct_s")
     p99 = _stats(rep, jobs, "p99_jct_s")
-    full_m, full_p = mean.get((w, r, "topas-paper")), p99.get((w, r, "topas-paper"))
+    from topas.reproduce import PAPER_POLICY
+
+    full_m, full_p = mean.get((w, r, PAPER_POLICY)), p99.get((w, r, PAPER_POLICY))
     rows = []
     for p in policies:
         m, q = mean.get((w, r, p)), p99.get((w, r, p))
-        if p == "topas-paper" or m is None or full_m is None:
-            cm = cp = "" if p == "topas-paper" else "n/a"
+        if p == PAPER_POLICY or m is None or full_m is None:
+            cm = cp = "" if p == PAPER_POLICY else "n/a"
         else:
             cm = pct(100 * (full_m.mean - m.mean) / m.mean)
             cp = pct(100 * (full_p.mean - q.mean) / q.mean)

@@ -176,11 +176,9 @@ class TopasHold(Topas):
         # hold: contexts offered now, oldest task first, while they fit the free budget
         hold: dict[tuple[int, str], float] = dict(early)
         admitted_keys = {(waiting[rid].task_id, waiting[rid].stage) for rid in plan.admitted}
-        for key, h in sorted(snap.held.items(), key=lambda kv: arrival(kv[0][0])):
-            if h.expires_s > now or key in admitted_keys or key in hold:
-                continue  # already held, or its next call starts now
-            if key[0] not in tasks or tasks[key[0]].stages[key[1]].status != StageStatus.TOOL:
-                continue
+        for key, h in self._offered(snap, arrival):
+            if key in admitted_keys or key in hold:
+                continue  # its next call starts now, or held before admission
             if blocked is not None and not extra and (
                     plan.batch == 0 or arrival(key[0]) > arrival(blocked.task_id)):
                 continue  # memory is short for an older task, or for an idle engine
