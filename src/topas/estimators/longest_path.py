@@ -201,7 +201,9 @@ class MonteCarloLP:
                 running.append(k)
         index = {n: k for k, n in enumerate(names)}
         deps = [tuple(index[d] for d in task.stages[n].deps if d in index) for n in names]
-        z = np.column_stack(cols) if cols else np.zeros((self.n_samples, 0))
+        z = np.empty((self.n_samples, len(cols)))
+        for k, col in enumerate(cols):
+            z[:, k] = col
         e = TaskMC(task.task_id, task.version, names, deps, tuple(ready), tuple(running), z,
                    snap.time_s)
         self._entries[task.task_id] = e

@@ -155,6 +155,7 @@ class Topas:
         self.seed = seed
         self.mc = MonteCarloLP(EmpiricalResidual(), n_samples=n_samples, seed=seed)
         self._lookahead: dict[int, tuple[int, tuple[str, ...]]] = {}
+        self._la_counts: dict[str, int] = {}  #: n_a(t) summed over ``_lookahead``
         self._median: tuple[int, float] = (-1, 0.0)
         #: per task: (version, TaskMC, chain, L_i) -- ``chain``: one ready stage and nothing
         #: running, so every request's gain is exactly D_t and L_i does not age
@@ -162,6 +163,8 @@ class Topas:
         #: per agent: ((tokens, on_host, host tier), c_in, c_out) in seconds
         self._moves: dict[str, tuple[tuple[int, bool, bool], float, float]] = {}
         self._run_id = -1
+        #: (unfinished task ids, task id -> number of younger unfinished tasks) for rank aging
+        self._rank: tuple[tuple[int, ...], dict[int, int]] = ((), {})
         self.last: Choice | None = None  #: the committed choice (for tests and traces)
 
     # ------------------------------------------------------------------ per-decision inputs
@@ -189,7 +192,9 @@ class Topas:
             self._task_info.clear()
             self._moves.clear()
             self._lookahead.clear()
+            self._la_counts.clear()
             self._median = (-1, 0.0)
+            self._rank = ((), {})
         if len(self._task_info) > 2 * len(snap.tasks) + 64:
             for tid in [t for t in self._task_info if t not in snap.tasks]:
                 del self._task_info[tid]
@@ -258,29 +263,37 @@ class Topas:
 
     def lookahead_agents(self, snap: Snapshot) -> dict[str, int]:
         """``n_a(t)``: next-hop stages of agent ``a`` not ready yet whose only unfinished
-        predecessors are running now (admitted or between calls of a ReAct stage)."""
-        counts: dict[str, int] = {}
+        predecessors are running now (admitted or between calls of a ReAct stage).
+
+        Each task's contribution is cached by its version and the totals are kept up to
+        date incrementally, so an event costs one version check per unfinished task."""
         cache = self._lookahead
-        for tid, ts in snap.tasks.items():
+        counts = self._la_counts
+        tasks = snap.tasks
+        for tid, ts in tasks.items():
             hit = cache.get(tid)
-            if hit is None or hit[0] != ts.version:
-                agents = []
-                for st in ts.stages.values():
-                    if st.status != StageStatus.PENDING:
-                        continue
-                    preds = [ts.stages[d] for d in st.deps
-                             if ts.stages[d].status != StageStatus.DONE]
-                    if preds and all(p.status in (StageStatus.RUNNING, StageStatus.TOOL)
-                                     for p in preds):
-                        agents.append(st.agent)
-                hit = (ts.version, tuple(agents))
-                cache[tid] = hit
-            for a in hit[1]:
+            if hit is not None and hit[0] == ts.version:
+                continue
+            agents = []
+            for st in ts.stages.values():
+                if st.status != StageStatus.PENDING:
+                    continue
+                preds = [ts.stages[d] for d in st.deps
+                         if ts.stages[d].status != StageStatus.DONE]
+                if preds and all(p.status in (StageStatus.RUNNING, StageStatus.TOOL)
+                                 for p in preds):
+                    agents.append(st.agent)
+            if hit is not None:
+                for a in hit[1]:
+                    counts[a] -= 1
+            for a in agents:
                 counts[a] = counts.get(a, 0) + 1
-        if len(cache) > 4 * len(snap.tasks) + 64:
-            for tid in [t for t in cache if t not in snap.tasks]:
-                del cache[tid]
-        return counts
+            cache[tid] = (ts.version, tuple(agents))
+        if len(cache) > len(tasks):  # finished tasks: their stages count no more
+            for tid in [t for t in cache if t not in tasks]:
+                for a in cache.pop(tid)[1]:
+                    counts[a] -= 1
+        return {a: n for a, n in counts.items() if n > 0}
 
     # ------------------------------------------------------------------ the decision
     def decide(self, snap: Snapshot) -> Decision:
@@ -323,10 +336,16 @@ class Topas:
             # tie-breaks are those of plain enumeration
             full = ctx.greedypack(frozenset(agents))
             bar = full.score - 1e-6 if full is not None and ctx._busy(full) else None
+            # a set that leaves out the agent of a running request preempts it; with no
+            # preemption allowed GREEDYPACK rejects such a set, so it is skipped here
+            must = (frozenset(ctx.running_by_agent) - ctx.pinned
+                    if self.max_preempt == 0 else frozenset())
             best: Choice | None = None
-            for n in range(len(agents) + 1):
+            for n in range(len(must), len(agents) + 1):
                 for sub in itertools.combinations(agents, n):
                     s = frozenset(sub)
+                    if must and not must <= s:
+                        continue
                     if bar is not None and ctx.upper_bound(s) < bar:
                         continue
                     best = ctx.better(best, ctx.greedypack(s))
@@ -425,11 +444,17 @@ class _Context:
         waiting_agents = {r.agent for r in snap.waiting}
         self.active = set(self.resident0) | set(self.running_by_agent) | waiting_agents
         self.defer_s = pol.deferral_s(snap, out_mean)
-        h_age = pol.h_age(snap)
+        # H_age feeds only log aging and revoke_value="current" (rank aging never reads it)
+        h_age = (pol.h_age(snap) if (pol.aging and pol.rho != 0 and pol.age_form == "log")
+                 or (pol.use_revoke and pol.revoke_value == "current") else 1.0)
         # J_redo and the KV a preemption gives back, per running request
         self.redo: dict[int, float] = {}
         self.release: dict[int, int] = {}
-        if running:
+        # with no preemption allowed (max_preempt=0) no state that preempts is ever scored:
+        # greedypack and upper_bound reject it before reading these, so skip the O(running)
+        # cost-model calls
+        can_preempt = pol.max_preempt > 0
+        if running and can_preempt:
             ctx_tok = 0
             for r in running:
                 ctx_tok += r.prefix_tokens + r.prompt_tokens + r.generated_tokens
@@ -450,7 +475,7 @@ class _Context:
         # J_revoke per running request: the recorded credit, or (revoke_value="current") at
         # least the aged gain the request would have if it were waiting now, g_i(t) * D_t
         self.revoke: dict[int, float] = {}
-        if running and pol.use_revoke:
+        if running and pol.use_revoke and can_preempt:
             cur = pol.revoke_value == "current"
             for r in running:
                 v = r.credit_s
@@ -484,9 +509,13 @@ class _Context:
         if aged and pol.age_form == "rank":
             # strict-ish task priority: a task's weight grows with the number of unfinished
             # tasks that arrived after it (g_i = 1 + rho * younger_i)
-            order = sorted(tasks.values(), key=lambda t: (t.arrival_s, t.task_id))
-            n_t = len(order)
-            rank = {t.task_id: n_t - 1 - k for k, t in enumerate(order)}
+            # memoised by the set of unfinished tasks (in the snapshot's order)
+            ids = tuple(tasks)
+            if pol._rank[0] != ids:
+                order = sorted(tasks.values(), key=lambda t: (t.arrival_s, t.task_id))
+                n_t = len(order)
+                pol._rank = (ids, {t.task_id: n_t - 1 - k for k, t in enumerate(order)})
+            rank = pol._rank[1]
         for r in snap.waiting:
             tid = r.task_id
             info = task_info.get(tid)
@@ -669,16 +698,14 @@ class _Context:
         core = allowed & self.fixed
         hit = self._memo.get((core, None))
         if hit is None:
-            preempt: list[int] = []
-            free = self.free0
-            for a, rs in self.running_by_agent.items():
-                if a not in allowed:
-                    for r in rs:
-                        preempt.append(r.request_id)
-                        free += self.release[r.request_id]
+            preempt = [r.request_id for a, rs in self.running_by_agent.items()
+                       if a not in allowed for r in rs]
             if len(preempt) > pol.max_preempt:
                 self._memo[(core, None)] = (None,)
                 return None
+            free = self.free0
+            for rid in preempt:
+                free += self.release[rid]
             evict = [a for a in self.resident0 if a not in allowed]
             for a in evict:
                 free += snap.prefixes[a].tokens
@@ -707,18 +734,16 @@ class _Context:
             return math.inf
         allowed = allowed | self.pinned
         pol = self.pol
-        lost = 0.0
-        n_pre = 0
-        for a, rs in self.running_by_agent.items():
-            if a not in allowed:
-                for r in rs:
-                    n_pre += 1
-                    if pol.use_redo:
-                        lost += self.redo[r.request_id]
-                    if pol.use_revoke:
-                        lost += self.revoke[r.request_id]
-        if n_pre > pol.max_preempt:
+        pre = [r.request_id for a, rs in self.running_by_agent.items()
+               if a not in allowed for r in rs]
+        if len(pre) > pol.max_preempt:
             return -math.inf
+        lost = 0.0
+        for rid in pre:
+            if pol.use_redo:
+                lost += self.redo[rid]
+            if pol.use_revoke:
+                lost += self.revoke[rid]
         gains: list[float] = []
         for a in allowed:
             g = self.top_gains.get(a)

@@ -90,6 +90,7 @@ class TopasHold(Topas):
             return (t.arrival_s if t is not None else now, task_id)
 
         early: dict[tuple[int, str], float] = {}
+        plan0: AdmissionPlan | None = None
         if self.holds == "first" and snap.held:
             # hold first: offered contexts (oldest task first) take the free KV before the
             # search packs admissions into what is left
@@ -114,7 +115,8 @@ class TopasHold(Topas):
             return base
 
         # the post-decision accounting of TOPAS's choice, with AdmissionPlan's reservations
-        plan = AdmissionPlan(snap, self.reserve_ratio)
+        # (plan0 is still the untouched pre-decision plan: only its free budget was read)
+        plan = plan0 if plan0 is not None else AdmissionPlan(snap, self.reserve_ratio)
         by_id = {r.request_id: r for r in snap.running}
         for rid in base.preempt:
             r = by_id[rid]
