@@ -368,3 +368,23 @@ SCHEME_LOADERS["agent-trace"] = load_agent_trace
 @register("agent-sessions")
 def _example() -> SessionWorkload:
     return load_agent_trace(EXAMPLE, name="agent-sessions")
+
+
+def session_stats(wl: SessionWorkload) -> dict:
+    """Sessions, multi-round sessions, rounds, the longest session and the median think
+    time (s) of a session workload."""
+    rounds = [len(s.calls) for s in wl.sessions]
+    gaps = sorted(c.tool_delay_s for s in wl.sessions for c in s.calls[:-1])
+    return {"sessions": len(rounds), "multi_round_sessions": sum(r > 1 for r in rounds),
+            "rounds": sum(rounds), "rounds_in_multi_round": sum(r for r in rounds if r > 1),
+            "max_rounds": max(rounds),
+            "median_think_s": float(np.median(gaps)) if gaps else 0.0}
+
+
+if __name__ == "__main__":  # python -m topas.workloads.sessions NAME_OR_PATH ...
+    import sys
+
+    from topas.workloads import get_workload
+
+    for arg in sys.argv[1:]:
+        print(arg, session_stats(get_workload(arg)))
