@@ -204,3 +204,15 @@ def test_shipped_example_is_generated_small_and_runs():
     assert len(res.tasks) == 10
     assert sum(r.task_id >= 0 for r in res.requests) == sum(
         len(s.calls) for s in wl.sessions[:10])
+
+
+def test_sessions_scheme_runs_end_to_end_and_names_missing_files(tmp_path):
+    rows = [{"timestamp": ts, "input_length": n, "output_length": 30, "hash_ids": ids}
+            for _, ts, n, ids in HAND]
+    p = write(tmp_path, rows)
+    res = simulate(f"sessions:{p}", "topas", n_tasks=len(EXPECTED), seed=0)
+    assert len(res.tasks) == len(EXPECTED) and len(res.requests) == len(HAND)
+    with pytest.raises(ValueError, match="does not exist"):
+        get_workload(f"sessions:{tmp_path / 'nope.jsonl'}")
+    with pytest.raises(ValueError, match=r"SCHEME:PATH with scheme \['agent-trace', 'sessions'\]"):
+        get_workload("nosuch:thing")
