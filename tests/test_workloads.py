@@ -21,7 +21,8 @@ from topas.workloads.describe import describe_workload
 from topas.workloads.dists import SpecError, parse_dist
 
 BUILTINS = ["chain3", "dag4", "dag10wide", "metagpt-sop", "metagpt-tl", "react", "mapreduce",
-            "debate", "plan-execute", "supervisor", "groupchat"]
+            "debate", "plan-execute", "supervisor", "groupchat", "mapreduce-hard",
+            "plan-execute-hard"]
 PROFILE = get_profile("a100-80g/qwen2.5-32b")
 
 

@@ -7,7 +7,8 @@ lengths, tool delays) and every arrival time from ``rng`` before the engine star
 policies replay the same trajectories for the same seed.
 
 Built-in workloads register themselves with :func:`register`; ``get_workload`` also accepts a
-path to a workload file (see docs/workloads.md).
+path to a workload file, or ``SCHEME:PATH`` for a file read another way (``sessions:`` groups a
+Mooncake trace into multi-turn sessions; see docs/workloads.md).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class Workload(Protocol):
 _REGISTRY: dict[str, Callable[[], Workload]] = {}
 #: loaders for workload files by suffix, filled in by the module that implements the format
 FILE_LOADERS: dict[str, Callable[[Path], Workload]] = {}
+#: loaders for ``SCHEME:PATH`` workload names (``sessions:trace.jsonl``), filled in likewise
+SCHEME_LOADERS: dict[str, Callable[[Path], Workload]] = {}
 
 
 def register(name: str) -> Callable:
@@ -58,6 +61,12 @@ def get_workload(name_or_path: str) -> Workload:
     _load_all()
     if name_or_path in _REGISTRY:
         return _REGISTRY[name_or_path]()
+    scheme, sep, rest = name_or_path.partition(":")
+    if sep and scheme in SCHEME_LOADERS:
+        sp = Path(rest)
+        if not sp.exists():
+            raise ValueError(f"workload file {sp}: does not exist")
+        return SCHEME_LOADERS[scheme](sp)
     p = Path(name_or_path)
     if p.suffix in FILE_LOADERS:
         if not p.exists():
@@ -65,7 +74,9 @@ def get_workload(name_or_path: str) -> Workload:
         return FILE_LOADERS[p.suffix](p)
     known = ", ".join(sorted(_REGISTRY))
     raise ValueError(f"workload {name_or_path!r}: unknown (known: {known}; or a workload file "
-                     f"with suffix {sorted(FILE_LOADERS) or ['.yaml']})")
+                     f"with suffix {sorted(FILE_LOADERS) or ['.yaml']}"
+                     + (f", or SCHEME:PATH with scheme {sorted(SCHEME_LOADERS)}"
+                        if SCHEME_LOADERS else "") + ")")
 
 
 def poisson_arrivals(n: int, rate: float, rng: np.random.Generator) -> np.ndarray:

@@ -35,6 +35,17 @@ in docs/workloads.md; in short::
 Sampling draws from two generators spawned from the run's ``rng``: one for trajectories and
 one for arrivals, so a workload and a seed fix every task's trajectory (rounds, lengths,
 delays) whatever the policy *and* whatever the arrival rate.
+
+**Correlated work** (optional)::
+
+    hardness:                    # one factor per task, shared by all of its stages
+      factor: {lognormal: {median: 0.726, sigma: 0.8}}
+      scales: [count, output]    # fields it multiplies (default [count, output])
+
+multiplies the raw draw of the chosen fields (before their ``min``/``max`` caps and rounding)
+in every stage of the task, so a hard task has more rounds *and* longer outputs everywhere.
+The factors come from a third generator spawned after the other two, so a file without
+``hardness`` samples exactly what it sampled before the feature existed (factor 1, no draw).
 """
 
 from __future__ import annotations
@@ -134,6 +145,23 @@ class ArrivalSpec:
         return np.cumsum(gaps)
 
 
+#: fields a hardness factor can multiply: call-group ``count`` (rounds), ``output``,
+#: ``tool_delay``, ``observation``, a stage's first ``prompt`` and a ``repeat`` count
+HARDNESS_FIELDS = ("count", "output", "tool_delay", "observation", "prompt", "repeat")
+_NO_SCALE: dict[str, float] = {}
+
+
+@dataclass(frozen=True)
+class HardnessSpec:
+    """A per-task factor ``factor`` (drawn once per task) multiplying ``fields``."""
+
+    factor: Dist
+    fields: tuple[str, ...] = ("count", "output")
+
+    def scales(self, h: float) -> dict[str, float]:
+        return {f: h for f in self.fields}
+
+
 @dataclass(frozen=True)
 class DeclarativeWorkload:
     """A workload sampled from a declarative spec (satisfies the ``Workload`` protocol)."""
@@ -148,48 +176,66 @@ class DeclarativeWorkload:
     source: str = ""
     notes: str = ""
     _weights: tuple[float, ...] = field(default=(), repr=False)
+    hardness: HardnessSpec | None = None  #: per-task correlated-work factor (None: all 1)
 
     def sample(self, n_tasks: int, rate: float, rng: np.random.Generator) -> list[Task]:
-        """``n_tasks`` tasks; trajectories from one spawned generator, arrivals from another."""
+        """``n_tasks`` tasks; trajectories from one spawned generator, arrivals from another
+        (and hardness factors, when declared, from a third)."""
+        return self.sample_with_factors(n_tasks, rate, rng)[0]
+
+    def sample_with_factors(self, n_tasks: int, rate: float, rng: np.random.Generator
+                            ) -> tuple[list[Task], list[float]]:
+        """:meth:`sample`, plus each task's hardness factor (all 1.0 without ``hardness``)."""
         traj_rng, arr_rng = rng.spawn(2)
         arrivals = self.arrivals.times(n_tasks, rate, arr_rng)
-        tasks = []
+        hard_rng = rng.spawn(1)[0] if self.hardness is not None else None
+        tasks, factors = [], []
         for i in range(n_tasks):
             k = 0
             if len(self.templates) > 1:
                 k = int(traj_rng.choice(len(self.templates), p=self._weights))
             tpl = self.templates[k]
             wf = self.name if len(self.templates) == 1 else f"{self.name}/{tpl.name}"
-            tasks.append(Task(i, float(arrivals[i]), sample_stages(tpl, traj_rng), workflow=wf))
-        return tasks
+            h, sc = 1.0, _NO_SCALE
+            if self.hardness is not None:
+                h = float(self.hardness.factor.draw(hard_rng))
+                sc = self.hardness.scales(h)
+            tasks.append(Task(i, float(arrivals[i]), sample_stages(tpl, traj_rng, sc),
+                              workflow=wf))
+            factors.append(h)
+        return tasks, factors
 
 
 # ---------------------------------------------------------------------------------------------
 # Sampling one task's stages
 # ---------------------------------------------------------------------------------------------
 def _make_stage(s: StageSpec, name: str, deps: list[str], hist_out: int,
-                final_out: dict[str, int], rng: np.random.Generator) -> tuple[Stage, int]:
-    """One concrete stage; returns it and the total tokens it generates."""
+                final_out: dict[str, int], rng: np.random.Generator,
+                sc: dict[str, float] = _NO_SCALE) -> tuple[Stage, int]:
+    """One concrete stage; returns it and the total tokens it generates.  ``sc`` maps a
+    field name to the task's hardness factor for that field (missing: 1)."""
     if len(s.agents) == 1:
         agent = s.agents[0]
     else:
         agent = s.agents[int(rng.choice(len(s.agents), p=s.agent_weights))]
-    ctx = s.prompt.draw_int(rng)
+    ctx = s.prompt.draw_int(rng, sc.get("prompt", 1.0))
     ctx += int(round(s.inherit * sum(final_out[d] for d in deps)))
     ctx += int(round(s.history * hist_out))
     calls: list[Call] = []
+    f_out, f_delay, f_obs = (sc.get("output", 1.0), sc.get("tool_delay", 1.0),
+                             sc.get("observation", 1.0))
     for g in s.groups:
-        for _ in range(g.count.draw_int(rng)):
-            out = g.output.draw_int(rng)
-            delay = g.tool_delay.draw(rng)
-            obs = g.observation.draw_int(rng)
+        for _ in range(g.count.draw_int(rng, sc.get("count", 1.0))):
+            out = g.output.draw_int(rng, f_out)
+            delay = g.tool_delay.draw(rng, f_delay)
+            obs = g.observation.draw_int(rng, f_obs)
             prompt = min(ctx, s.max_prompt) if s.max_prompt else ctx
             calls.append(Call(prompt, out, float(delay)))
             ctx += out + obs  # the next call sees this call's output and the tool's result
     if not calls:  # every group drew 0 calls: a stage still makes one call of its last group
         g = s.groups[-1]
         prompt = min(ctx, s.max_prompt) if s.max_prompt else ctx
-        calls.append(Call(prompt, g.output.draw_int(rng), 0.0))
+        calls.append(Call(prompt, g.output.draw_int(rng, f_out), 0.0))
     last = calls[-1]
     calls[-1] = Call(last.prompt_tokens, last.output_tokens, 0.0)  # no tool after the last call
     final_out[name] = calls[-1].output_tokens
@@ -197,8 +243,10 @@ def _make_stage(s: StageSpec, name: str, deps: list[str], hist_out: int,
     return Stage(name, agent, tuple(calls), tuple(deps), kind=s.kind), total
 
 
-def sample_stages(tpl: TemplateSpec, rng: np.random.Generator) -> tuple[Stage, ...]:
-    """Expand a template (repeats, groups, agent choices) and draw every call's lengths."""
+def sample_stages(tpl: TemplateSpec, rng: np.random.Generator,
+                  sc: dict[str, float] = _NO_SCALE) -> tuple[Stage, ...]:
+    """Expand a template (repeats, groups, agent choices) and draw every call's lengths;
+    ``sc`` holds the task's hardness factor per scaled field (empty: no scaling)."""
     out: list[Stage] = []
     exits: dict[str, list[str]] = {}  # item name -> concrete stages a successor depends on
     final_out: dict[str, int] = {}
@@ -208,11 +256,11 @@ def sample_stages(tpl: TemplateSpec, rng: np.random.Generator) -> tuple[Stage, .
 
     for item in tpl.items:
         if isinstance(item, StageSpec):
-            st, _ = _make_stage(item, item.name, resolve(item.deps), 0, final_out, rng)
+            st, _ = _make_stage(item, item.name, resolve(item.deps), 0, final_out, rng, sc)
             out.append(st)
             exits[item.name] = [item.name]
             continue
-        n = max(1, item.count.draw_int(rng))
+        n = max(1, item.count.draw_int(rng, sc.get("repeat", 1.0)))
         ext = resolve(item.deps)
         prev = ext
         all_exits: list[str] = []
@@ -227,7 +275,7 @@ def sample_stages(tpl: TemplateSpec, rng: np.random.Generator) -> tuple[Stage, .
                     deps = [local[d] for d in s.deps]
                 else:
                     deps = list(prev if item.layout == "chain" else ext)
-                st, tot = _make_stage(s, cname, deps, hist_out, final_out, rng)
+                st, tot = _make_stage(s, cname, deps, hist_out, final_out, rng, sc)
                 out.append(st)
                 local[s.name] = cname
                 copy_out += tot
@@ -460,7 +508,30 @@ def _parse_arrivals(v: object, where: str, base: Path) -> ArrivalSpec:
 
 _TOP_REQ = ("name", "agents")
 _TOP_OPT = ("description", "default_rate", "default_tasks", "arrivals", "stages", "templates",
-            "notes")
+            "notes", "hardness")
+
+
+def _parse_hardness(v: object, where: str) -> HardnessSpec:
+    """``hardness: DIST`` (scales rounds and outputs) or ``{factor: DIST, scales: [...]}``."""
+    if isinstance(v, dict) and "factor" in v:
+        _keys(v, where, ("factor",), ("scales",))
+        raw, fw = v["factor"], f"{where}.factor"
+        fields = v.get("scales", ["count", "output"])
+        if isinstance(fields, str):
+            fields = [fields]
+        if not isinstance(fields, list) or not fields:
+            raise SpecError(f"{where}.scales: must be a non-empty list of {list(HARDNESS_FIELDS)}"
+                            f", got {fields!r}")
+        for f in fields:
+            if f not in HARDNESS_FIELDS:
+                raise SpecError(f"{where}.scales: unknown field {f!r} (known: "
+                                f"{list(HARDNESS_FIELDS)})")
+        if len(set(fields)) != len(fields):
+            raise SpecError(f"{where}.scales: names a field twice: {fields!r}")
+    else:
+        raw, fw, fields = v, where, ["count", "output"]
+    factor = parse_dist(raw, fw, "seconds")  # continuous, floored at 0
+    return HardnessSpec(factor, tuple(fields))
 
 
 def parse_workload(d: object, source: str, base: Path | None = None) -> DeclarativeWorkload:
@@ -513,12 +584,13 @@ def parse_workload(d: object, source: str, base: Path | None = None) -> Declarat
     notes = d.get("notes", "")
     if not isinstance(desc, str) or not isinstance(notes, str):
         raise SpecError(f"{w}description/notes: must be text")
+    hardness = _parse_hardness(d["hardness"], f"{w}hardness") if "hardness" in d else None
     total = sum(t.weight for t in templates)
     wl = DeclarativeWorkload(
         name=name, description=desc.strip(), agents=tuple(agents.values()),
         default_rate=float(rate), default_tasks=n, templates=tuple(templates),
         arrivals=arrivals, source=source, notes=notes.strip(),
-        _weights=tuple(t.weight / total for t in templates),
+        _weights=tuple(t.weight / total for t in templates), hardness=hardness,
     )
     # one sample per template through the workflow model's validation catches what the schema
     # checks cannot see (for example a stage graph the model rejects)

@@ -84,8 +84,14 @@ class Dist:
             return comps[int(rng.choice(len(comps), p=weights))]._raw(rng)
         raise AssertionError(k)
 
-    def draw(self, rng: np.random.Generator) -> float:
+    def draw(self, rng: np.random.Generator, scale: float = 1.0) -> float:
+        """One draw; ``scale`` multiplies the raw draw before the caps and rounding (a task's
+        hardness factor, see :mod:`topas.workloads.declarative`; 1 leaves it unchanged).  A
+        constant is never scaled: a plain number in a workload file is fixed structure (one
+        call, eight mappers), not a quantity that varies with the task."""
         x = self._raw(rng)
+        if scale != 1.0 and self.kind != "const":
+            x *= scale
         if self.lo is not None:
             x = max(x, self.lo)
         if self.hi is not None:
@@ -95,8 +101,8 @@ class Dist:
         x = int(round(x))
         return max(1 if self.unit == "tokens" else 0, x)
 
-    def draw_int(self, rng: np.random.Generator) -> int:
-        return int(self.draw(rng))
+    def draw_int(self, rng: np.random.Generator, scale: float = 1.0) -> int:
+        return int(self.draw(rng, scale))
 
     @property
     def mean(self) -> float | None:
