@@ -16,7 +16,8 @@ key                    value
 ``topas_prefix_tokens``  length of the agent prefix at the start of the prompt (tokens)
 ``topas_round``        index of this call inside its stage (0 for the first)
 ``topas_dag``          list of ``"stage|agent|kind|dep1,dep2"`` strings: the task's DAG
-``topas_done``         list of stage names the client has finished (for DAG status)
+``topas_done``         list of every stage the client has finished so far (cumulative: after
+                       an engine restart the task is rebuilt from the tag alone)
 ``topas_arrival_s``    the task's arrival time, client wall clock (``time.time()``)
 ``topas_final``        1 if this is the last call of its stage (optional; 0 = more may follow):
                        the engine then marks the stage done at once and offers no held context
