@@ -22,7 +22,7 @@ message that names the offending input.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 
@@ -118,11 +118,17 @@ class Task:
 
 
 def _topo_order(task: Task) -> tuple[int, ...]:
-    index = task.stage_index
-    indeg = [len(s.deps) for s in task.stages]
-    succ: list[list[int]] = [[] for _ in task.stages]
-    for k, s in enumerate(task.stages):
-        for d in s.deps:
+    return _graph_order(f"task {task.task_id}", [s.name for s in task.stages],
+                        [s.deps for s in task.stages])
+
+
+def _graph_order(where: str, names: Sequence[str], deps: Sequence[Sequence[str]]
+                 ) -> tuple[int, ...]:
+    index = {n: k for k, n in enumerate(names)}
+    indeg = [len(d) for d in deps]
+    succ: list[list[int]] = [[] for _ in names]
+    for k, ds in enumerate(deps):
+        for d in ds:
             succ[index[d]].append(k)
     ready = [k for k, n in enumerate(indeg) if n == 0]
     order: list[int] = []
@@ -133,10 +139,30 @@ def _topo_order(task: Task) -> tuple[int, ...]:
             indeg[j] -= 1
             if indeg[j] == 0:
                 ready.append(j)
-    if len(order) != len(task.stages):
-        stuck = sorted(task.stages[k].name for k in range(len(task.stages)) if indeg[k] > 0)
-        raise WorkflowError(f"task {task.task_id}: stage graph has a cycle through {stuck}")
+    if len(order) != len(names):
+        stuck = sorted(names[k] for k in range(len(names)) if indeg[k] > 0)
+        raise WorkflowError(f"{where}: stage graph has a cycle through {stuck}")
     return tuple(order)
+
+
+def check_stage_graph(where: str, names: Sequence[str], deps: Sequence[Sequence[str]]
+                      ) -> tuple[int, ...]:
+    """Check a stage DAG given as parallel lists of stage names and their dependencies:
+    names unique, every dependency another stage of the graph, no cycle.  Returns the stage
+    indices in a topological order; raises :class:`WorkflowError` (one line, prefixed with
+    ``where``).  Used by :func:`validate_task` and by the vLLM adapter's ``topas_dag`` tag."""
+    names = list(names)
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise WorkflowError(f"{where}: duplicate stage names {dup}")
+    known = set(names)
+    for name, ds in zip(names, deps):
+        for d in ds:
+            if d not in known:
+                raise WorkflowError(f"{where} stage {name!r}: depends on unknown stage {d!r}")
+            if d == name:
+                raise WorkflowError(f"{where} stage {name!r}: depends on itself (cycle)")
+    return _graph_order(where, names, deps)
 
 
 def validate_task(task: Task, agents: Mapping[str, Agent]) -> Task:
@@ -145,28 +171,19 @@ def validate_task(task: Task, agents: Mapping[str, Agent]) -> Task:
     _check_nonneg_float(task.arrival_s, f"{where} arrival_s")
     if not task.stages:
         raise WorkflowError(f"{where}: has no stages")
-    names = [s.name for s in task.stages]
-    if len(set(names)) != len(names):
-        dup = sorted({n for n in names if names.count(n) > 1})
-        raise WorkflowError(f"{where}: duplicate stage names {dup}")
-    known = set(names)
+    order = check_stage_graph(where, [s.name for s in task.stages],
+                              [s.deps for s in task.stages])
     for s in task.stages:
         sw = f"{where} stage {s.name!r}"
         if s.agent not in agents:
             raise WorkflowError(f"{sw}: unknown agent {s.agent!r}")
         if not s.calls:
             raise WorkflowError(f"{sw}: has no calls")
-        for d in s.deps:
-            if d not in known:
-                raise WorkflowError(f"{sw}: depends on unknown stage {d!r}")
-            if d == s.name:
-                raise WorkflowError(f"{sw}: depends on itself (cycle)")
         for j, c in enumerate(s.calls):
             cw = f"{sw} call {j}"
             _check_pos_int(c.prompt_tokens, f"{cw} prompt_tokens")
             _check_pos_int(c.output_tokens, f"{cw} output_tokens")
             _check_nonneg_float(c.tool_delay_s, f"{cw} tool_delay_s")
-    order = _topo_order(task)
     object.__setattr__(task, "_order", order)
     return task
 

@@ -64,7 +64,7 @@ from topas.engine.decision import Decision
 from topas.engine.snapshot import (EngineConfig, HeldContext, Location, Phase, PrefixState,
                                    RequestState, Snapshot, StageRecord, StageState, StageStatus,
                                    TaskState)
-from topas.integrations.vllm.tags import parse_tag
+from topas.integrations.vllm.tags import StageSpec, TagError, parse_tag
 from topas.policies import make_policy
 
 # a child of vLLM's logger, so its handler and level apply (the server log shows our lines)
@@ -73,20 +73,27 @@ log = logging.getLogger("vllm.topas")
 UNTAGGED_AGENT = "__untagged__"
 #: profile whose cost model policies see when no calibrated one is named (TOPAS_PROFILE)
 DEFAULT_PROFILE = "cpu/tiny-llama"
+#: finish statuses that are no progress: the call did not complete (client abort, prompt too
+#: long for the model, engine error); it enters no history and does not advance its stage
+NOT_COMPLETED = frozenset({RequestStatus.FINISHED_ABORTED, RequestStatus.FINISHED_IGNORED,
+                           RequestStatus.FINISHED_ERROR})
 
 
 class _Track:
     """Engine-private bookkeeping for one vLLM request (never shown to policies)."""
 
-    __slots__ = ("state", "req", "prefix_full_tokens", "arrival_wall", "final")
+    __slots__ = ("state", "req", "prefix_full_tokens", "arrival_wall", "final", "before")
 
     def __init__(self, state: RequestState, req, prefix_full_tokens: int, arrival_wall: float,
-                 final: bool = False):
+                 final: bool = False, before: tuple | None = None):
         self.state = state
         self.req = req
         self.prefix_full_tokens = prefix_full_tokens
         self.arrival_wall = arrival_wall
         self.final = final  #: the client says this is its stage's last call
+        #: the stage's (status, ready_s, started_s, done_s) before this call arrived, restored
+        #: if the call does not complete (abort)
+        self.before = before
 
 
 class _Held:
@@ -105,6 +112,10 @@ class TopasScheduler(Scheduler):
 
     #: fixed policy name for subclasses; None reads TOPAS_POLICY
     topas_policy_name: str | None = None
+    #: a task with no live request for this long is forgotten (env TOPAS_TASK_IDLE_S)
+    task_idle_s: float = 300.0
+    #: at most one bad-tag warning per tag key in this many seconds (the rest are counted)
+    tag_warn_interval_s: float = 10.0
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -127,6 +138,11 @@ class TopasScheduler(Scheduler):
             block_size=self.block_size, max_batch_requests=self.max_num_active_reqs,
             prefill_chunk_tokens=self.max_num_scheduled_tokens, preemption="vllm",
             host_capacity_tokens=0)
+        idle = os.environ.get("TOPAS_TASK_IDLE_S")
+        if idle:
+            self.task_idle_s = float(idle)
+            if not 0 <= self.task_idle_s < float("inf"):
+                raise ValueError(f"TOPAS_TASK_IDLE_S={idle!r}: must be a finite number >= 0")
         self.t0 = time.time()
         self._tracks: dict[str, _Track] = {}
         self._ids: dict[str, int] = {}
@@ -137,12 +153,17 @@ class TopasScheduler(Scheduler):
         self._pins: dict[str, list] = {}
         self._held: dict[tuple[int, str], _Held] = {}
         self._history: dict[tuple[str, str], list[StageRecord]] = {}
+        #: (task, stage) first seen at a round > 0 (earlier calls forgotten): no history record
+        self._partial: set[tuple[int, str]] = set()
+        self._tag_warned: dict[str, tuple[float, int]] = {}
+        self._policy_warned = float("-inf")
         self._seq = 0
         self._guard_step = 0
         #: counters a driver or test may read (engine side, in-process only)
         self.topas_stats = {"decisions": 0, "decision_s": 0.0, "policy_preemptions": 0,
                             "evictions": 0, "loads_ignored": 0, "guard_admissions": 0,
-                            "pins": 0, "finished": 0, "holds": 0, "hold_hits": 0}
+                            "pins": 0, "finished": 0, "holds": 0, "hold_hits": 0,
+                            "aborted": 0, "bad_tags": 0, "policy_errors": 0}
         log.info("topas scheduler: policy %s, KV budget %d tokens, block %d", name,
                  self.topas_config.kv_budget_tokens, self.block_size)
 
@@ -167,13 +188,36 @@ class TopasScheduler(Scheduler):
         return time.time() - self.t0
 
     # -- sync vLLM -> topas state ---------------------------------------------------------------
+    def _warn_bad_tag(self, request_id: str, err: TagError) -> None:
+        """One warning line per bad tag, at most one per tag key per ``tag_warn_interval_s``
+        (a client repeating the same mistake does not flood the log)."""
+        self.topas_stats["bad_tags"] += 1
+        now = time.monotonic()
+        last, quiet = self._tag_warned.get(err.key, (float("-inf"), 0))
+        if now - last < self.tag_warn_interval_s:
+            self._tag_warned[err.key] = (last, quiet + 1)
+            return
+        more = f" ({quiet} more bad {err.key} tags not logged)" if quiet else ""
+        log.warning("topas: request %s: bad workflow tag: %s; served untagged%s",
+                    request_id, err, more)
+        self._tag_warned[err.key] = (now, 0)
+
     def _new_track(self, req) -> _Track:
         extra = getattr(req.sampling_params, "extra_args", None) if req.sampling_params else None
         try:
             tag = parse_tag(extra)
-        except ValueError as e:  # a bad tag must not kill the engine: serve it untagged
-            log.warning("request %s: %s; served as untagged", req.request_id, e)
+        except TagError as e:  # a bad tag must not kill the engine: serve it untagged
+            self._warn_bad_tag(req.request_id, e)
             tag = None
+        if tag is not None:
+            try:
+                return self._build_track(req, tag)
+            except Exception as e:  # never expected (the tag is checked); still never fatal
+                self._warn_bad_tag(req.request_id, TagError(
+                    f"topas: tag not usable ({type(e).__name__}: {e})", "topas"))
+        return self._build_track(req, None)
+
+    def _build_track(self, req, tag) -> _Track:
         now = self._now()
         self._seq += 1
         rid = self._ids.setdefault(req.request_id, len(self._ids) + 1)
@@ -191,16 +235,16 @@ class TopasScheduler(Scheduler):
         tid = self._task_ids.setdefault(task_key, len(self._task_ids) + 1)
         task = self._tasks.get(tid)
         if task is None:
+            # a checked DAG (parse_tag): unique names, known deps, topological order
             specs = {s.name: s for s in dag} if dag else {}
             if stage not in specs:
-                from topas.integrations.vllm.tags import StageSpec
                 specs[stage] = StageSpec(stage, agent, kind, ())
             succ: dict[str, list[str]] = {n: [] for n in specs}
             for s in specs.values():
                 for d in s.deps:
-                    succ.setdefault(d, []).append(s.name)
-            stages = {n: StageState(n, s.kind, s.agent, tuple(d for d in s.deps if d in specs),
-                                    tuple(succ.get(n, ()))) for n, s in specs.items()}
+                    succ[d].append(s.name)
+            stages = {n: StageState(n, s.kind, s.agent, s.deps, tuple(succ[n]))
+                      for n, s in specs.items()}
             arr_s = (arrival - self.t0) if arrival is not None else now
             task = TaskState(tid, wf, min(arr_s, now), stages, tuple(specs))
             self._tasks[tid] = task
@@ -210,9 +254,20 @@ class TopasScheduler(Scheduler):
         if st is None:  # a stage the DAG did not list: add it rather than reject the request
             st = task.stages[stage] = StageState(stage, kind, agent, (), ())
             task.order = task.order + (stage,)
+        before = (st.status, st.ready_s, st.started_s, st.done_s)
+        if st.status == StageStatus.DONE:
+            # a call of a stage already marked done (a client that said final, or listed it in
+            # topas_done, too early): the stage is open again until this call finishes
+            task.stages_done -= 1
+            st.done_s = None
         st.status = StageStatus.READY
         if st.ready_s is None:
             st.ready_s = now
+        if rnd > st.rounds_done:
+            # calls 0..rnd-1 ran before this scheduler knew the task (engine restart, or the
+            # task was forgotten): count them, but the stage's service time is not known
+            st.rounds_done = rnd
+            self._partial.add((tid, stage))
         task.version += 1
         if agent not in self._prefixes:
             full = (prefix // self.block_size) * self.block_size
@@ -220,7 +275,7 @@ class TopasScheduler(Scheduler):
         pfull = self._prefixes[agent].tokens
         rs = RequestState(rid, tid, stage, agent, rnd, max(1, n_prompt - pfull), pfull, now,
                           seq=self._seq)
-        return _Track(rs, req, pfull, time.time(), final)
+        return _Track(rs, req, pfull, time.time(), final, before)
 
     def _mark_done(self, task: TaskState, done: Iterable[str], now: float) -> None:
         for name in done:
@@ -231,7 +286,8 @@ class TopasScheduler(Scheduler):
             st.done_s = st.done_s if st.done_s is not None else now
             task.stages_done += 1
             task.version += 1
-            if st.started_s is not None and st.ready_s is not None:
+            if (st.started_s is not None and st.ready_s is not None
+                    and (task.task_id, name) not in self._partial):
                 self._history.setdefault((st.agent, st.kind), []).append(StageRecord(
                     task.workflow, st.kind, st.agent, max(1, st.rounds_done), st.output_tokens,
                     st.done_s - st.started_s, st.done_s - st.ready_s))
@@ -250,9 +306,14 @@ class TopasScheduler(Scheduler):
         # tasks idle for long with nothing live are forgotten (the client never says "done")
         active = {tr.state.task_id for tr in self._tracks.values()}
         for tid in [t for t, last in self._task_last_s.items()
-                    if t not in active and now - last > 300.0]:
-            self._tasks.pop(tid, None)
-            self._task_last_s.pop(tid, None)
+                    if t not in active and now - last > self.task_idle_s]:
+            self._forget_task(tid)
+
+    def _forget_task(self, tid: int) -> None:
+        task = self._tasks.pop(tid, None)
+        self._task_last_s.pop(tid, None)
+        if task is not None and self._partial:
+            self._partial.difference_update((tid, n) for n in task.stages)
 
     def _refresh(self, tr: _Track, now: float) -> None:
         rs, req = tr.state, tr.req
@@ -286,21 +347,41 @@ class TopasScheduler(Scheduler):
         rs.phase = Phase.DONE
         rs.finished_s = now
         self.topas_stats["finished"] += 1
+        completed = tr.req.is_finished() and tr.req.status not in NOT_COMPLETED
+        if not completed:
+            self.topas_stats["aborted"] += 1
         task = self._tasks.get(rs.task_id)
         if task is None:
             return
         st = task.stages.get(rs.stage)
-        if st is not None and st.status != StageStatus.DONE:
-            st.rounds_done += 1
-            st.output_tokens += rs.generated_tokens
-            st.status = StageStatus.TOOL  # until a later call or a done-list says otherwise
-            task.version += 1
-        if tr.final and rs.agent != UNTAGGED_AGENT:
-            self._mark_done(task, (rs.stage,), now)
         if rs.agent == UNTAGGED_AGENT:  # a single-request task is done with its request
-            self._mark_done(task, (rs.stage,), now)
-            self._tasks.pop(rs.task_id, None)
-            self._task_last_s.pop(rs.task_id, None)
+            if completed:
+                self._mark_done(task, (rs.stage,), now)
+            self._forget_task(rs.task_id)
+        elif not completed:
+            # an aborted call is no progress: its stage is as it was before the call arrived
+            # (unless another call of the stage is live), and no history record is made
+            other = any(o.state.task_id == rs.task_id and o.state.stage == rs.stage
+                        for o in self._tracks.values())
+            if st is not None and st.status != StageStatus.DONE and not other:
+                if tr.before is not None:
+                    st.status, st.ready_s, st.started_s, st.done_s = tr.before
+                    if st.status == StageStatus.DONE:
+                        task.stages_done += 1
+                    elif st.status in (StageStatus.READY, StageStatus.RUNNING):
+                        # the call that made it so is gone too (it was aborted before this one)
+                        st.status = StageStatus.TOOL if st.rounds_done else StageStatus.PENDING
+                task.version += 1
+        else:
+            # the last token came after the last refresh
+            rs.generated_tokens = tr.req.num_output_tokens
+            if st is not None and st.status != StageStatus.DONE:
+                st.rounds_done += 1
+                st.output_tokens += rs.generated_tokens
+                st.status = StageStatus.TOOL  # until a later call or a done-list says otherwise
+                task.version += 1
+            if tr.final:
+                self._mark_done(task, (rs.stage,), now)
         p = self._prefixes.get(rs.agent)
         if p is not None:
             p.last_used_s = now
@@ -481,7 +562,17 @@ class TopasScheduler(Scheduler):
         if self._tracks or self._held:
             snap = self.build_snapshot()
             t = time.perf_counter()
-            dec = self.topas_policy.decide(snap)
+            try:
+                dec = self.topas_policy.decide(snap)
+            except Exception:
+                # a policy bug must not take the engine core down: this step is FCFS
+                self.topas_stats["policy_errors"] += 1
+                if time.monotonic() - self._policy_warned >= self.tag_warn_interval_s:
+                    self._policy_warned = time.monotonic()
+                    log.exception("topas: policy %s failed (%d times so far); this step "
+                                  "admits in arrival order", type(self.topas_policy).__name__,
+                                  self.topas_stats["policy_errors"])
+                dec = Decision(admit=tuple(r.request_id for r in snap.waiting))
             self.topas_stats["decision_s"] += time.perf_counter() - t
             self.topas_stats["decisions"] += 1
             admit = self._apply(dec, snap)
