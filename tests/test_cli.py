@@ -49,8 +49,8 @@ def test_compare_table(capsys):
     (["run", "--workload", "nope", "--json"], "workload 'nope': unknown"),
     (["run", "--workload", "toy-chain", "--policy", "nope"], "policy 'nope': unknown"),
     (["run", "--workload", "toy-chain", "--profile", "tpu/x"], "profile 'tpu/x': unknown"),
-    (["run", "--workload", "toy-chain", "--rate", "-1"], "rate -1.0: must be > 0"),
-    (["run", "--workload", "toy-chain", "--tasks", "0"], "tasks 0: must be >= 1"),
+    (["run", "--workload", "toy-chain", "--rate", "-1"], "argument --rate: -1: must be > 0"),
+    (["run", "--workload", "toy-chain", "--tasks", "0"], "argument --tasks: 0: must be an integer in [1,"),
     (["run", "--workload", "toy-chain", "--kv-budget", "100"], "can never fit"),
     (["compare", "--workload", "toy-chain", "--policies", ","], "--policies"),
 ])

@@ -223,3 +223,74 @@ def test_missing_cache_entry_is_rerun(tmp_path):
     path.write_text("{truncated")  # a corrupt file is treated as missing
     again = R.run_jobs([job], tmp_path, n_workers=1, progress=False)
     assert again[job]["mean_jct_s"] == pytest.approx(got[job]["mean_jct_s"])
+
+
+# -- bad input and interrupts (issue 14) -------------------------------------------------------
+
+def test_transient_failures_are_reported_not_cached(tmp_path, monkeypatch):
+    import topas.api
+
+    job = R.Job("chain3", "fcfs", 0.2, 3, 2)
+
+    def oom(*a, **k):
+        raise MemoryError("no room")
+
+    monkeypatch.setattr(topas.api, "simulate", oom)
+    got = R.run_jobs([job], tmp_path, n_workers=1, progress=False, version="v")
+    assert got[job]["error"].startswith("MemoryError") and got[job]["transient"]
+    assert not list(tmp_path.glob("*.json"))  # retried by the next run
+    monkeypatch.undo()
+    again = R.run_jobs([job], tmp_path, n_workers=1, progress=False, version="v")
+    assert "error" not in again[job] and len(list(tmp_path.glob("*.json"))) == 1
+
+
+def test_sigint_stops_reproduce_fast_and_keeps_a_resumable_cache(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "rep"
+    cache = out / "cache"
+    proc = subprocess.Popen([sys.executable, "-m", "topas.cli", "reproduce", "--quick",
+                             "--workloads", "chain3", "--tasks", "2", "--jobs", "2",
+                             "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        t0 = time.monotonic()
+        while not list(cache.glob("*.json")) and time.monotonic() - t0 < 120:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.02)
+        t1 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=10)
+        stopped_s = time.monotonic() - t1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130 and stopped_s < 2.0, (proc.returncode, stopped_s, err)
+    assert "interrupted" in err and "resumes" in err and "Traceback" not in err
+    assert not (out / "results.md").exists()
+    assert not [p for p in cache.iterdir() if p.name.startswith(".") and
+                p.name != ".gitignore"]  # no temporary file of a killed writer
+    entries = list(cache.glob("*.json"))
+    version = R.code_version()
+    plan_jobs = {j.key(version): j for j in R.plan(R.Config(quick=True, seeds=(3,),
+                                                            workloads=("chain3",),
+                                                            tasks=2)).all_jobs()}
+    assert entries and all(p.stem in plan_jobs for p in entries)
+    done = [plan_jobs[p.stem] for p in entries]
+    for p in entries:
+        assert "job" in json.loads(p.read_text())
+
+    # resumable: a rerun takes every kept entry from the cache and simulates none of them
+    def boom(job):
+        raise AssertionError(f"re-ran {job}")
+
+    orig, R.run_job = R.run_job, boom
+    try:
+        again = R.run_jobs(done, cache, n_workers=1, progress=False, version=version)
+    finally:
+        R.run_job = orig
+    assert set(again) == set(done)

@@ -1,21 +1,63 @@
-"""One-call entry points: sample a workload and run it under a policy on the simulator."""
+"""One-call entry points: sample a workload and run it under a policy on the simulator.
+
+Arguments are checked before any work: a wrong type raises ``TypeError`` and a bad value
+``ValueError``, each naming the argument (``simulate(n_tasks=0)`` -> ``n_tasks 0: must be an
+integer >= 1``); policy parameters go through the policies' declarations
+(:mod:`topas.policies.params`), the same parser as ``topas run --param``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from numbers import Integral, Real
 
 import numpy as np
 
 from topas.engine.cost import DEFAULT_PROFILE, Profile, get_profile
 from topas.engine.simulator import SimResult, Simulator
-from topas.policies import make_policy
+from topas.policies import build_policy
 from topas.workloads import get_workload
 from topas.workflow.model import Task
 
 
+def _int_or_none(v: object, what: str, lo: int) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, Integral):
+        raise TypeError(f"{what}: must be an integer, got {type(v).__name__} {v!r}")
+    if v < lo:
+        raise ValueError(f"{what} {v}: must be >= {lo}")
+    return int(v)
+
+
+def _rate_or_none(v: object) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, Real):
+        raise TypeError(f"rate: must be a number (tasks/s), got {type(v).__name__} {v!r}")
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError(f"rate {v!r}: must be a finite number > 0 tasks/s")
+    return float(v)
+
+
+def _name_or_path(v: object, what: str) -> str:
+    if isinstance(v, os.PathLike):
+        return os.fspath(v)
+    if not isinstance(v, str):
+        raise TypeError(f"{what}: must be a name or a path, got {type(v).__name__} {v!r}")
+    return v
+
+
 def sample_tasks(workload: str, n_tasks: int | None, rate: float | None, seed: int):
     """The workload object and its sampled tasks; one generator per run, seeded by ``seed``."""
-    wl = get_workload(workload)
+    n_tasks = _int_or_none(n_tasks, "n_tasks", 1)
+    rate = _rate_or_none(rate)
+    seed = _int_or_none(seed, "seed", 0)
+    if seed is None:
+        raise TypeError("seed: must be an integer >= 0, got None")
+    wl = get_workload(_name_or_path(workload, "workload"))
     n = n_tasks if n_tasks is not None else wl.default_tasks
     r = rate if rate is not None else wl.default_rate
     if n <= 0:
@@ -26,13 +68,37 @@ def sample_tasks(workload: str, n_tasks: int | None, rate: float | None, seed: i
 
 def simulate(workload: str, policy: str, *, rate: float | None = None, n_tasks: int | None = None,
              seed: int = 0, profile: str | Profile = DEFAULT_PROFILE,
-             policy_params: dict | None = None, tasks: list[Task] | None = None,
+             policy_params: Mapping[str, object] | None = None,
+             tasks: Sequence[Task] | None = None,
              progress: Callable[[int], None] | None = None, **engine_kw) -> SimResult:
     """Run ``workload`` under ``policy`` on the embedded simulator.  The same ``seed`` gives
     the same trajectories for every policy (pass ``tasks`` to reuse a sample)."""
-    prof = profile if isinstance(profile, Profile) else get_profile(profile)
+    if not isinstance(policy, str):
+        raise TypeError(f"policy: must be a policy name, got {type(policy).__name__} "
+                        f"{policy!r}")
+    if policy_params is not None and not isinstance(policy_params, Mapping):
+        raise TypeError(f"policy_params: must be a mapping name -> value, got "
+                        f"{type(policy_params).__name__}")
+    if tasks is not None:
+        if isinstance(tasks, (str, bytes)) or not isinstance(tasks, Sequence):
+            raise TypeError(f"tasks: must be a list of Task, got {type(tasks).__name__}")
+        if not tasks:
+            raise ValueError("tasks: empty; give at least one Task (or None to sample)")
+        bad = next((t for t in tasks if not isinstance(t, Task)), None)
+        if bad is not None:
+            raise TypeError(f"tasks: must hold Task objects, got {type(bad).__name__}")
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress: must be callable, got {type(progress).__name__}")
+    seed = _int_or_none(seed, "seed", 0)
+    if seed is None:
+        raise TypeError("seed: must be an integer >= 0, got None")
+    if isinstance(profile, Profile):
+        prof = profile
+    else:
+        prof = get_profile(_name_or_path(profile, "profile"))
+    pol = build_policy(policy, seed, policy_params)
     wl, sampled = sample_tasks(workload, n_tasks, rate, seed)
-    pol = make_policy(policy, seed=seed, **(policy_params or {}))
-    sim = Simulator(tasks if tasks is not None else sampled, {a.name: a for a in wl.agents},
-                    prof, pol, seed=seed, progress=progress, **engine_kw)
+    sim = Simulator(list(tasks) if tasks is not None else sampled,
+                    {a.name: a for a in wl.agents}, prof, pol, seed=seed, progress=progress,
+                    **engine_kw)
     return sim.run()

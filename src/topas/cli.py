@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -15,6 +18,7 @@ from rich.table import Table
 
 from topas.engine.cost import DEFAULT_PROFILE, get_profile, list_profiles
 from topas.engine.decision import DecisionError
+from topas.engine.simulator import PolicyStalled
 from topas.workflow.model import WorkflowError
 
 err = Console(stderr=True)
@@ -27,6 +31,133 @@ JSON_KEYS = ("mean_jct_s", "p99_jct_s", "throughput_tasks_per_s", "mean_lower_bo
 
 class CliError(Exception):
     """A user-facing error: printed as one line, exit status 2."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with errors on one line (``topas run: error: argument --seed: ...``), no usage
+    block; ``--help`` still prints the usage."""
+
+    def error(self, message: str):  # noqa: D102 -- argparse's hook
+        msg = " ".join(message.split())
+        self.exit(2, f"{self.prog}: error: {msg} (see {self.prog} --help)\n")
+
+
+# -- argument types: each names the problem; argparse adds "argument --flag:" ------------------
+
+def int_arg(lo: int | None = None, hi: int | None = None) -> callable:
+    """An argparse type: an integer in ``[lo, hi]`` (``1e6`` accepted when integral)."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            try:
+                f = float(text)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"{text!r}: must be an integer") from None
+            if not (math.isfinite(f) and f.is_integer()):
+                raise argparse.ArgumentTypeError(f"{text!r}: must be an integer") from None
+            v = int(f)
+        if (lo is not None and v < lo) or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"{text}: must be {_range_text(lo, hi)}")
+        return v
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def float_arg(lo: float = 0.0, hi: float | None = None, lo_open: bool = True) -> callable:
+    """An argparse type: a finite number above ``lo`` (or at it, ``lo_open=False``)."""
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: must be a number") from None
+        if not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"{text}: must be a finite number")
+        if (v <= lo if lo_open else v < lo) or (hi is not None and v > hi):
+            lo_txt = f"> {lo:g}" if lo_open else f">= {lo:g}"
+            raise argparse.ArgumentTypeError(
+                f"{text}: must be {lo_txt}" + (f" and <= {hi:g}" if hi is not None else ""))
+        return v
+
+    parse.__name__ = "number"
+    return parse
+
+
+def _range_text(lo, hi) -> str:
+    if lo is not None and hi is not None:
+        return f"an integer in [{lo:_}, {hi:_}]"
+    return f"an integer >= {lo}" if lo is not None else f"an integer <= {hi}"
+
+
+#: the most tasks a run may sample (a bound on memory and time, not on what is sensible)
+MAX_TASKS = 10_000_000
+
+
+def check_out_dir(path: str, flag: str = "--out") -> None:
+    """Fail before any work when ``path`` cannot become an output folder: it is a file, a
+    parent of it is a file, or the folder it would be made in is not writable.  Creates
+    nothing (a probe file is made and removed)."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise CliError(f"{flag} {path}: exists and is not a directory")
+    anc = p
+    while not anc.exists():
+        if anc.parent == anc:
+            break
+        anc = anc.parent
+    if anc.exists() and not anc.is_dir():
+        raise CliError(f"{flag} {path}: {anc} is not a directory")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".topas-probe.", dir=anc)
+    except OSError as e:
+        raise CliError(f"{flag} {path}: cannot write in {anc} ({e.strerror or e})") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def _load_profile(name: str):
+    """The engine profile, with file problems named after ``--profile``."""
+    try:
+        return get_profile(name)
+    except UnicodeDecodeError:
+        raise CliError(f"--profile {name}: not a UTF-8 text file") from None
+    except RecursionError:
+        raise CliError(f"--profile {name}: nested too deeply") from None
+
+
+def _check_workload(name: str) -> None:
+    """Load the workload (name or file) before any work; file problems name ``--workload``."""
+    from topas.workloads import get_workload
+
+    try:
+        get_workload(name)
+    except UnicodeDecodeError:
+        raise CliError(f"--workload {name}: not a UTF-8 text file") from None
+    except RecursionError:
+        raise CliError(f"--workload {name}: nested too deeply") from None
+
+
+def _check_policies(args, policies: list[str]) -> dict:
+    """Every policy exists and takes every ``--param``; returns the raw parameters."""
+    from topas.policies import build_policy
+
+    params = _policy_params(args)
+    for p in policies:
+        build_policy(p, args.seed, params)
+    return params
+
+
+def _check_sim_args(args, policies: list[str]) -> dict:
+    """Everything a run needs, checked before any simulation: the output folder, the
+    workload, the profile, every policy and its parameters."""
+    if args.out:
+        check_out_dir(args.out)
+    _check_workload(args.workload)
+    args.profile_obj = _load_profile(args.profile)
+    return _check_policies(args, policies)
 
 
 @contextmanager
@@ -42,17 +173,17 @@ def _progress(total: int, label: str, enabled: bool):
 
 
 def _policy_params(args) -> dict:
-    """``--param KEY=VALUE`` pairs; values are read as JSON (numbers, true/false, null) when
-    they parse, else kept as strings."""
+    """``--param KEY=VALUE`` pairs, values as given: the policy's declared parameter types
+    (``topas list --params POLICY``) convert them, in ``make_policy``."""
     out: dict = {}
     for item in args.param or []:
         key, sep, val = item.partition("=")
+        key = key.strip()
         if not sep or not key:
             raise CliError(f"--param {item!r}: expected KEY=VALUE")
-        try:
-            out[key] = json.loads(val)
-        except json.JSONDecodeError:
-            out[key] = val
+        if key in out:
+            raise CliError(f"--param {key}: given twice")
+        out[key] = val
     return out
 
 
@@ -64,16 +195,25 @@ def _run_one(args, policy: str, tasks=None, quiet: bool = False):
         _, tasks = sample_tasks(args.workload, args.tasks, args.rate, args.seed)
     total = sum(t.n_calls for t in tasks)
     show = not quiet and sys.stderr.isatty()
+    params = _policy_params(args)
     with _progress(total, f"{policy} on {args.workload}", show) as adv:
-        res = simulate(args.workload, policy, rate=args.rate, n_tasks=args.tasks, seed=args.seed,
-                       profile=args.profile, tasks=tasks, progress=adv,
-                       policy_params=_policy_params(args),
-                       preemption=args.preemption, host_tier=not args.no_host_tier,
-                       kv_budget_tokens=args.kv_budget, context_cache=args.context_cache)
+        try:
+            res = simulate(args.workload, policy, rate=args.rate, n_tasks=args.tasks,
+                           seed=args.seed, profile=getattr(args, "profile_obj", args.profile),
+                           tasks=tasks, progress=adv, policy_params=params,
+                           preemption=args.preemption, host_tier=not args.no_host_tier,
+                           kv_budget_tokens=args.kv_budget, context_cache=args.context_cache)
+        except PolicyStalled as e:
+            if not params:
+                raise  # the policy's own defaults stalled: a bug, not bad input
+            shown = " ".join(f"--param {k}={v}" for k, v in params.items())
+            raise CliError(f"{shown}: policy {policy!r} stalls with these parameters "
+                           f"({str(e).splitlines()[0]})") from None
     return res, summarize(res)
 
 
 def cmd_run(args) -> int:
+    _check_sim_args(args, [args.policy])
     res, s = _run_one(args, args.policy, quiet=args.json)
     s = {"workload": args.workload, **s}
     if args.out:
@@ -116,6 +256,9 @@ def cmd_compare(args) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     if not policies:
         raise CliError("--policies: give at least one policy name")
+    if len(set(policies)) != len(policies):
+        raise CliError(f"--policies {args.policies}: names a policy twice")
+    _check_sim_args(args, policies)
     _, tasks = sample_tasks(args.workload, args.tasks, args.rate, args.seed)
     rows = []
     for p in policies:
@@ -142,9 +285,29 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_list_params(name: str) -> int:
+    from topas.policies import policy_info
+
+    info = policy_info(name)
+    t = Table(title=f"parameters of {name} (--param NAME=VALUE)")
+    for col, kw in (("name", {"no_wrap": True}), ("type", {}), ("range", {}),
+                    ("default", {"justify": "right"}), ("what it does", {})):
+        t.add_column(col, **kw)
+    for p in info.params:
+        t.add_row(p.name, p.type_text(), p.range_text(), p.default_text(), p.doc)
+    if not info.params:
+        out.print(f"{name} takes no parameters")
+        return 0
+    out.print(t)
+    return 0
+
+
 def cmd_list(args) -> int:
     from topas.policies import list_policies
     from topas.workloads import get_workload, list_workloads
+
+    if args.params:
+        return cmd_list_params(args.params)
 
     t = Table(title="policies")
     t.add_column("name")
@@ -212,16 +375,18 @@ def cmd_workloads_show(args) -> int:
 def _add_sim_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", required=True, help="built-in name (see `topas list`) or a "
                    "workload file path")
-    p.add_argument("--rate", type=float, default=None, help="task arrivals per second "
+    p.add_argument("--rate", type=float_arg(0.0), default=None, help="task arrivals per "
+                   "second (default: the workload's)")
+    p.add_argument("--tasks", type=int_arg(1, MAX_TASKS), default=None, help="number of tasks "
                    "(default: the workload's)")
-    p.add_argument("--tasks", type=int, default=None, help="number of tasks (default: the "
-                   "workload's)")
-    p.add_argument("--seed", type=int, default=0, help="fixes every trajectory and arrival")
+    p.add_argument("--seed", type=int_arg(0), default=0, help="fixes every trajectory and "
+                   "arrival (an integer >= 0)")
     p.add_argument("--profile", default=DEFAULT_PROFILE, help="engine profile name or .json "
                    f"path (default {DEFAULT_PROFILE})")
     p.add_argument("--preemption", choices=["sglang", "vllm"], default=None,
                    help="preemption semantics (default: the profile's)")
-    p.add_argument("--kv-budget", type=int, default=None, help="override the KV budget (tokens)")
+    p.add_argument("--kv-budget", type=int_arg(1), default=None, help="override the KV budget "
+                   "(tokens)")
     p.add_argument("--no-host-tier", action="store_true", help="no host swap tier: evicted "
                    "prefixes are recomputed")
     p.add_argument("--context-cache", action="store_true", help="keep finished calls' "
@@ -229,13 +394,14 @@ def _add_sim_args(p: argparse.ArgumentParser) -> None:
                    "caching, SGLang's radix cache); off by default: contexts are reused only "
                    "when a policy holds them")
     p.add_argument("--param", action="append", metavar="KEY=VALUE", help="a policy "
-                   "parameter, e.g. --param rho=0.5 --param redo_cost=decode (repeatable)")
+                   "parameter, e.g. --param rho=0.5 --param redo_cost=decode (repeatable; "
+                   "`topas list --params POLICY` lists them)")
     p.add_argument("--out", default=None, help="write per-task/request CSVs and summary here")
     p.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="topas", description="Task-oriented, prefix-aware "
+    ap = ArgumentParser(prog="topas", description="Task-oriented, prefix-aware "
                                  "scheduling for multi-agent LLM workflows.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("run", help="run one workload under one policy on the simulator")
@@ -247,13 +413,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policies", default="fcfs", help="comma-separated policy names")
     p.set_defaults(fn=cmd_compare)
     p = sub.add_parser("list", help="list policies, workloads and engine profiles")
+    p.add_argument("--params", metavar="POLICY", default=None, help="list one policy's "
+                   "parameters instead: name, type, range, default, what it does")
     p.set_defaults(fn=cmd_list)
     p = sub.add_parser("workloads", help="inspect workloads")
     wsub = p.add_subparsers(dest="wcmd", required=True)
     q = wsub.add_parser("show", help="summary of one workload")
     q.add_argument("name")
     q.add_argument("--profile", default=DEFAULT_PROFILE)
-    q.add_argument("--rate", type=float, default=None)
+    q.add_argument("--rate", type=float_arg(0.0), default=None)
     q.add_argument("--json", action="store_true")
     q.set_defaults(fn=cmd_workloads_show)
     try:  # optional commands: report and the vLLM integration register themselves
@@ -271,17 +439,34 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _os_error_text(e: OSError) -> str:
+    """``PATH: problem`` for a file-system error (what the user named, what went wrong)."""
+    what = e.strerror or type(e).__name__
+    if e.filename is not None:
+        return f"{e.filename}: {what}" + (f" -> {e.filename2}" if e.filename2 else "")
+    return str(e) or what
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """The command; returns the exit status: 0, 1 (a run failed), 2 (bad input: one line on
+    stderr, nothing written), 130 (interrupted)."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # argparse: --help (0) or a one-line usage error (2)
+        return e.code if isinstance(e.code, int) else 2
+    prog = f"topas {args.cmd}"
     try:
         return int(args.fn(args) or 0)
-    except (CliError, ValueError, WorkflowError, DecisionError, FileNotFoundError) as e:
+    except (CliError, ValueError, WorkflowError, DecisionError) as e:
+        # ValueError covers the loaders' SpecError, ParamError and UnicodeDecodeError
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        print(f"topas {args.cmd}: {msg}", file=sys.stderr)  # one line, never wrapped
-        return 2
+    except OSError as e:  # a path the user gave: missing, a directory, not writable, ...
+        msg = _os_error_text(e)
     except KeyboardInterrupt:
-        err.print("interrupted")
+        print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    print(f"{prog}: error: {msg}", file=sys.stderr)  # one line, never wrapped
+    return 2
 
 
 if __name__ == "__main__":

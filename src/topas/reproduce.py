@@ -157,6 +157,9 @@ class Config:
     def __post_init__(self) -> None:
         if not self.seeds:
             raise ValueError("seeds: give at least one seed")
+        bad = [s for s in self.seeds if isinstance(s, bool) or not isinstance(s, int) or s < 0]
+        if bad:
+            raise ValueError(f"seeds {list(self.seeds)}: must be integers >= 0, got {bad[0]!r}")
         if any(s in (1, 2) for s in self.seeds):
             raise ValueError(f"seeds {list(self.seeds)}: 1 and 2 tuned TOPAS; report on others")
         for w in self.workloads:
@@ -286,11 +289,15 @@ def run_job(job: Job) -> dict:
                        seed=job.seed, policy_params=dict(job.params),
                        context_cache=job.context_cache)
     except Exception as e:  # noqa: BLE001 -- a failed run is a result the report must show
-        # deterministic for this code version, so it is cached like a success
         msg = str(e).splitlines()[0] if str(e) else ""
-        return {"workload": job.workload, "policy": job.policy, "rate": job.rate,
-                "seed": job.seed, "error": f"{type(e).__name__}: {msg}",
-                "job_wall_s": time.perf_counter() - t0}
+        out = {"workload": job.workload, "policy": job.policy, "rate": job.rate,
+               "seed": job.seed, "error": f"{type(e).__name__}: {msg}",
+               "job_wall_s": time.perf_counter() - t0}
+        if isinstance(e, TRANSIENT_ERRORS):
+            # the machine, not the code: reported, never cached, so a rerun retries it
+            out["transient"] = True
+        # anything else is deterministic for this code version: cached like a success
+        return out
     s = summarize(res)
     first = min((t.arrival_s for t in res.tasks), default=0.0)
     sim_span_s = max(res.makespan_s - first, 1e-12)
@@ -310,11 +317,46 @@ def run_job(job: Job) -> dict:
     return s
 
 
+#: failures that depend on the machine (memory, disk, stack), not on the code version
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (MemoryError, OSError, RecursionError)
+
+
 def _run_and_cache(job: Job, path: str) -> tuple[Job, dict]:
     out = run_job(job)
     out["job"] = asdict(job)
-    atomic_write_text(Path(path), json.dumps(out) + "\n")
+    if not out.get("transient"):
+        atomic_write_text(Path(path), json.dumps(out) + "\n")
     return job, out
+
+
+def _ignore_sigint() -> None:
+    """Pool workers leave Ctrl-C to the parent, which stops them (see ``run_jobs``)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Cancel what has not started and kill the workers now.  A killed worker leaves at most
+    a temporary file (writes are temp + rename); complete cache entries stay."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    kill = getattr(pool, "kill_workers", None)  # Python >= 3.14
+    if kill is not None:
+        kill()
+        return
+    for p in list((getattr(pool, "_processes", None) or {}).values()):
+        p.kill()
+    for p in list((getattr(pool, "_processes", None) or {}).values()):
+        p.join(timeout=1)
+
+
+def _remove_temp_files(cache_dir: Path) -> None:
+    """Temporary files a killed writer left behind (``.<name>.json.<random>``)."""
+    for f in cache_dir.glob(".*.json.*"):
+        try:
+            f.unlink()
+        except OSError:
+            pass
 
 
 def _load_cached(path: Path) -> dict | None:
@@ -379,9 +421,21 @@ def run_jobs(jobs: Sequence[Job], cache_dir: Path, n_workers: int | None = None,
                 if on_done:
                     on_done(j, out)
         else:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
-                pending = {pool.submit(_run_and_cache, j, str(cache_dir / f"{j.key(version)}.json"))
-                           for j in todo}
+            pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint)
+            try:
+                # a few jobs in flight at a time (not the whole queue): an interrupt then has
+                # nothing queued to drain
+                queue = iter(todo)
+                pending: set = set()
+
+                def top_up() -> None:
+                    for j in queue:
+                        pending.add(pool.submit(_run_and_cache, j,
+                                                str(cache_dir / f"{j.key(version)}.json")))
+                        if len(pending) >= 2 * workers:
+                            break
+
+                top_up()
                 while pending:
                     done, pending = wait(pending, return_when=FIRST_COMPLETED)
                     for f in done:
@@ -390,6 +444,12 @@ def run_jobs(jobs: Sequence[Job], cache_dir: Path, n_workers: int | None = None,
                         advance(j)
                         if on_done:
                             on_done(j, out)
+                    top_up()
+            except BaseException:  # Ctrl-C (or a failure): stop now, do not drain the queue
+                _stop_pool(pool)
+                _remove_temp_files(cache_dir)
+                raise
+            pool.shutdown(wait=True)
     return results
 
 

@@ -864,6 +864,10 @@ def _parse_seeds(text: str) -> tuple[int, ...]:
         raise ValueError(f"--seeds {text!r}: must be comma-separated integers") from None
     if not seeds:
         raise ValueError(f"--seeds {text!r}: give at least one seed")
+    if any(s < 0 for s in seeds):
+        raise ValueError(f"--seeds {text!r}: seeds must be >= 0")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds {text!r}: a seed is given twice")
     return seeds
 
 
@@ -880,6 +884,9 @@ def cmd_reproduce(args) -> int:
     if args.workloads:
         kw["workloads"] = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
     cfg = Config(quick=args.quick, seeds=seeds, tasks=args.tasks, **kw)
+    from topas.cli import check_out_dir
+
+    check_out_dir(str(out))  # before any run: a report that cannot be written wastes them
     parts = ["topas reproduce"]
     if args.quick:
         parts.append("--quick")
@@ -891,10 +898,24 @@ def cmd_reproduce(args) -> int:
         parts.append(f"--tasks {args.tasks}")
     if args.workloads:
         parts.append(f"--workloads {args.workloads}")
-    rep, files = reproduce(cfg, out, args.jobs, progress=sys.stderr.isatty() or args.progress,
-                           command=" ".join(parts), report_only=args.report_only)
+    try:
+        rep, files = reproduce(cfg, out, args.jobs,
+                               progress=sys.stderr.isatty() or args.progress,
+                               command=" ".join(parts), report_only=args.report_only)
+    except KeyboardInterrupt:
+        n = sum(1 for _ in (out / "cache").glob("*.json")) if (out / "cache").is_dir() else 0
+        print(f"topas reproduce: interrupted; {n} complete results kept in {out / 'cache'}, "
+              "the same command resumes", file=sys.stderr)
+        return 130
     print(f"{len(rep.results)} runs, {rep.wall_s / 60:.1f} min; report: {files[0]} and "
           f"{files[1]} ({len(files) - 2} figures)")
+    failed = [r for r in rep.results.values() if "error" in r]
+    if failed:
+        again = sum(1 for r in failed if r.get("transient"))
+        print(f"topas reproduce: {len(failed)} of {len(rep.results)} runs failed (listed in "
+              f"{files[0]}" + (f"; {again} for lack of memory/disk/stack, not cached: rerun "
+                               "to retry" if again else "") + ")", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -910,11 +931,14 @@ def add_arguments(subparsers) -> None:
                    help="one seed, few tasks and rates: a smoke test (<= 5 min on 2 cores)")
     p.add_argument("--out", default=None,
                    help="report folder (default: docs, or build/reproduce-quick with --quick)")
-    p.add_argument("--jobs", type=int, default=None,
+    from topas.cli import int_arg
+
+    p.add_argument("--jobs", type=int_arg(1, 1024), default=None,
                    help="worker processes (default: os.cpu_count())")
     p.add_argument("--seeds", default=None,
                    help="comma-separated seeds (default 3,4,5,6,7; --quick: 3); never 1 or 2")
-    p.add_argument("--tasks", type=int, default=None, help="override every task count")
+    p.add_argument("--tasks", type=int_arg(1, 1_000_000), default=None,
+                   help="override every task count")
     p.add_argument("--workloads", default=None,
                    help="comma-separated subset of chain3,dag4,dag10wide,metagpt-sop,"
                         "metagpt-tl (default: all)")

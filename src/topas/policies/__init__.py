@@ -3,17 +3,25 @@
 Each policy family lives in its own module in this package and registers itself with
 :func:`register`; modules are discovered automatically, so adding a policy touches no other
 file.  ``make_policy(name, seed=..., **params)`` builds a fresh instance for one run.
+
+Every parameter a policy takes is declared (``PARAMS``, see :mod:`topas.policies.params`):
+``make_policy`` checks and converts ``params`` against the declaration before it calls the
+factory, so the command line and the Python API share one parser.
 """
 
 from __future__ import annotations
 
 from topas._plugins import import_submodules
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from topas.policies.base import AdmissionPlan, Policy
+from numbers import Integral
 
-__all__ = ["AdmissionPlan", "Policy", "register", "make_policy", "list_policies", "policy_info"]
+from topas.policies.base import AdmissionPlan, Policy
+from topas.policies.params import Param, ParamError, parse_params
+
+__all__ = ["AdmissionPlan", "Policy", "register", "make_policy", "build_policy", "check_params",
+           "list_policies", "policy_info", "Param", "ParamError"]
 
 
 @dataclass(frozen=True)
@@ -22,6 +30,13 @@ class PolicyInfo:
     factory: Callable[..., Policy]
     summary: str
     source: str
+
+    @property
+    def params(self) -> tuple[Param, ...]:
+        """The declared parameters: the factory's ``PARAMS`` (a class attribute, or one set
+        on a factory function next to its registration); read when asked, so a declaration
+        made after the decorator counts."""
+        return tuple(getattr(self.factory, "PARAMS", ()))
 
 
 _REGISTRY: dict[str, PolicyInfo] = {}
@@ -57,9 +72,28 @@ def policy_info(name: str) -> PolicyInfo:
     return _REGISTRY[name]
 
 
-def make_policy(name: str, seed: int = 0, **params) -> Policy:
-    info = policy_info(name)
-    try:
-        return info.factory(seed=seed, **params)
-    except TypeError as e:
-        raise ValueError(f"policy {name!r}: bad parameters {sorted(params)} ({e})") from None
+def check_params(name: str, params: dict) -> dict:
+    """``params`` for policy ``name`` converted to their declared types; raises
+    ``ValueError`` (unknown policy) or :class:`ParamError` naming the parameter."""
+    if not isinstance(name, str):
+        raise TypeError(f"policy: must be a policy name (str), got {type(name).__name__}")
+    return parse_params(name, policy_info(name).params, params)
+
+
+def build_policy(name: str, seed: int = 0, params: Mapping[str, object] | None = None
+                 ) -> Policy:
+    """A fresh ``name`` policy for one run; ``params`` are checked against its declaration
+    (strings from the command line or Python values).  Raises ``ValueError`` (a
+    :class:`ParamError` for a parameter) naming the policy."""
+    if isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0:
+        raise ValueError(f"policy {name!r}: seed {seed!r}: must be an integer >= 0")
+    if params is not None and not isinstance(params, Mapping):
+        raise TypeError(f"policy {name!r}: params must be a mapping name -> value, got "
+                        f"{type(params).__name__}")
+    kw = check_params(name, dict(params or {}))
+    return policy_info(name).factory(seed=int(seed), **kw)
+
+
+def make_policy(name: str, /, seed: int = 0, **params) -> Policy:
+    """:func:`build_policy` with the parameters as keywords."""
+    return build_policy(name, seed, params)

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from topas.engine.decision import Decision
 from topas.engine.snapshot import RequestState, Snapshot, TaskState
 from topas.policies import register
+from topas.policies.params import RESERVE_RATIO, choice, real, reals
 from topas.policies.base import AdmissionPlan
 
 #: default queue thresholds (seconds of attained service): 0.5 s doubling to 64 s
@@ -102,6 +103,14 @@ class AutellixLAS:
     """
 
     name = "autellix-las"
+    PARAMS = (RESERVE_RATIO,
+              choice("mode", "atlas", ("atlas", "plas"), "atlas: critical-path attained "
+                     "service; plas: total attained service"),
+              reals("thresholds_s", DEFAULT_THRESHOLDS_S, "ascending queue boundaries (s)",
+                    hi=1e9),
+              real("starvation_ratio", 4.0, "promote a call after waiting this many times its "
+                   "program's attained service (none: never)", hi=1e6, lo_open=True,
+                   nullable=True))
 
     def __init__(self, seed: int = 0, reserve_ratio: float = 0.5, mode: str = "atlas",
                  thresholds_s: Sequence[float] = DEFAULT_THRESHOLDS_S,

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Protocol, runtime_checkable
 
 from topas.engine.decision import Decision
+from topas.policies.params import RESERVE_RATIO
 from topas.engine.snapshot import Location, RequestState, Snapshot
 
 #: default KV reservation for a request's future output when no history exists (tokens)
@@ -205,6 +206,8 @@ class OrderedAdmission:
     :meth:`order` while they fit (head-of-line blocking), default LRU residency."""
 
     name = ""
+    #: declared parameters (topas.policies.params); subclasses with more extend this
+    PARAMS = (RESERVE_RATIO,)
 
     def __init__(self, seed: int = 0, reserve_ratio: float = 0.5) -> None:
         self.reserve_ratio = reserve_ratio

@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from topas.engine.decision import Decision
 from topas.engine.snapshot import HeldContext, Snapshot, StageStatus
 from topas.policies import register
+from topas.policies.params import RESERVE_RATIO, integer, real
 from topas.policies.base import AdmissionPlan
 from topas.policies.parrot import task_fcfs_key
 
@@ -78,6 +79,17 @@ class Continuum:
     """Tool-call TTL pinning of contexts with program-level FCFS admission."""
 
     name = "continuum"
+    PARAMS = (RESERVE_RATIO,
+              real("memory_weight", 1.0, "weight of the memory a held context occupies against "
+                   "the reload time it saves", hi=1e6),
+              real("cold_mean_s", 1.0, "assumed mean tool duration (s) before min_samples are "
+                   "observed", hi=86_400.0),
+              real("max_ttl_s", 30.0, "longest a context is held (s)", hi=86_400.0),
+              integer("min_samples", 3, "tool durations observed before the learned "
+                      "distribution replaces the cold-start model", lo=1, hi=1_000_000),
+              integer("window", 64, "recent tool durations kept per (agent, stage kind)",
+                      lo=1, hi=1_000_000),
+              real("slack_s", 0.05, "added to each TTL (s)", hi=3_600.0))
 
     def __init__(self, seed: int = 0, reserve_ratio: float = 0.5, memory_weight: float = 1.0,
                  cold_mean_s: float = 1.0, max_ttl_s: float = 30.0, min_samples: int = 3,

@@ -25,6 +25,7 @@ import math
 from topas.engine.decision import Decision
 from topas.engine.snapshot import Location, Snapshot, StageStatus
 from topas.policies import register
+from topas.policies.params import RESERVE_RATIO, integer
 from topas.policies.base import AdmissionPlan
 
 _ACTIVE = (StageStatus.READY, StageStatus.RUNNING, StageStatus.TOOL)
@@ -85,6 +86,9 @@ class KVFlow:
     """Workflow-aware residency: steps-to-execution eviction and next-step prefetch."""
 
     name = "kvflow"
+    PARAMS = (RESERVE_RATIO,
+              integer("prefetch_steps", 1, "prefetch prefixes of agents due within this many "
+                      "steps", hi=1_000_000))
 
     def __init__(self, seed: int = 0, reserve_ratio: float = 0.5,
                  prefetch_steps: int = 1) -> None:

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from topas.engine.snapshot import Location, RequestState, Snapshot
 from topas.policies import register
 from topas.policies.base import OrderedAdmission
+from topas.policies.params import integer
 
 #: SGLang's IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD (tokens)
 CHECK_THRESHOLD_TOKENS = 32
@@ -87,6 +88,15 @@ class LPM(OrderedAdmission):
     """SGLang's LPM with its in-queue prefix check; head-of-line blocking admission."""
 
     name = "lpm"
+    PARAMS = (*OrderedAdmission.PARAMS,
+              integer("check_threshold_tokens", CHECK_THRESHOLD_TOKENS, "in-queue prefix check: "
+                      "a request with at most this many cached tokens is checked",
+                      hi=10_000_000),
+              integer("deprioritize_threshold_tokens", DEPRIORITIZE_THRESHOLD_TOKENS,
+                      "in-queue prefix check: defer a request sharing more than this many "
+                      "tokens with one admitted before it", hi=10_000_000),
+              integer("fcfs_above", FCFS_ABOVE, "serve FCFS when more requests than this wait",
+                      hi=1_000_000_000))
 
     def __init__(self, seed: int = 0, reserve_ratio: float = 0.5,
                  check_threshold_tokens: int = CHECK_THRESHOLD_TOKENS,

@@ -28,6 +28,7 @@ from __future__ import annotations
 from topas.engine.decision import Decision
 from topas.engine.snapshot import Location, RequestState, Snapshot
 from topas.policies import register
+from topas.policies.params import real
 from topas.policies.base import AdmissionPlan
 from topas.policies.spf import SPF
 
@@ -50,6 +51,9 @@ class SRPTContentionAware(SPF):
     """SPF whose order key adds the prefix residency cost ``c_in(a)`` (seconds)."""
 
     name = "srpt-ca"
+    PARAMS = (*SPF.PARAMS,
+              real("switch_weight", 1.0, "weight of the prefix residency cost c_in in the order "
+                   "key (0: SPF's order)", hi=1e6))
 
     def __init__(self, seed: int = 0, reserve_ratio: float = 0.5, n_samples: int = 64,
                  switch_weight: float = 1.0) -> None:

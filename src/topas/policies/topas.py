@@ -40,6 +40,8 @@ from topas.engine.snapshot import Location, Phase, RequestState, Snapshot, Stage
 from topas.estimators import EmpiricalResidual, MonteCarloLP, TrueResidual
 from topas.policies import register
 from topas.policies.base import AdmissionPlan, expected_call_output
+from topas.policies.params import (N_SAMPLES, RESERVE_RATIO, choice, flag, integer, real,
+                                   without)
 from topas.policies.parrot import task_fcfs_key
 
 #: defaults chosen by benchmarks/sweep_topas.py (see docs/topas.md)
@@ -104,6 +106,40 @@ class Topas:
     token, the prefix counted when not resident); ``hol_block`` -- admit nothing past the
     first candidate that cannot fit even with every idle prefix evicted.
     """
+
+    #: declared parameters (topas.policies.params)
+    PARAMS = (
+        integer("M", DEFAULTS["M"], "enumerate every prefix subset when at most M agents "
+                "compete (2^M Score evaluations)", hi=16),
+        integer("K", DEFAULTS["K"], "max admissions (and preemptions) per decision", lo=1,
+                hi=1_000_000),
+        real("beta", DEFAULTS["beta"], "weight of the reuse term V_reuse", hi=1e6),
+        real("rho", DEFAULTS["rho"], "aging strength", hi=1e6),
+        real("H_age", DEFAULTS["H_age"], "aging time scale (s); none: running median of stage "
+             "service times", lo_open=True, hi=1e9, nullable=True),
+        N_SAMPLES,
+        RESERVE_RATIO,
+        flag("reuse", True, "the V_reuse term (false: ablation)"),
+        flag("aging", True, "aging g_i (false: g_i = 1)"),
+        flag("move", True, "the J_move term (prefix move-in/out time)"),
+        flag("redo", True, "the J_redo term (work a preemption redoes)"),
+        flag("revoke", True, "the J_revoke term (gain a preemption takes back)"),
+        real("min_gain_s", DEFAULTS["min_gain_s"], "admit nothing whose gain is below this "
+             "(s)", hi=3_600.0),
+        flag("joint_gain", DEFAULTS["joint_gain"], "gain of requests of one task counted "
+             "jointly"),
+        choice("redo_cost", "engine", ("engine", "decode"), "what J_redo charges: the work "
+               "this engine redoes, or the paper's decode time only"),
+        choice("revoke_value", "credit", ("credit", "current"), "a preemption revokes the "
+               "credited gain, or the displaced request's current aged gain"),
+        integer("max_preempt", None, "max preemptions per decision (none: K)", hi=1_000_000,
+                nullable=True),
+        choice("age_form", "log", ("log", "rank"), "log: the paper's g_i; rank: 1 + rho * "
+               "unfinished younger tasks"),
+        flag("hol_block", False, "admit nothing past the first candidate that cannot fit"),
+        choice("group_agents", "none", ("none", "best", "density"), "GREEDYPACK order: by "
+               "gain, agent groups following candidates, or groups by gain per KV token"),
+    )
 
     def __init__(self, seed: int = 0, M: int = DEFAULTS["M"], K: int = DEFAULTS["K"],
                  beta: float = DEFAULTS["beta"], rho: float = DEFAULTS["rho"],
@@ -852,10 +888,16 @@ def _topas_paper(seed: int = 0, **params) -> Topas:
     return Topas(seed=seed, **params)
 
 
+_topas_paper.PARAMS = Topas.PARAMS
+
+
 @register("topas-base", "TOPAS without the reuse term and without aging (paper's TOPAS-base)",
           source="TOPAS ablation")
 def _topas_base(seed: int = 0, **params) -> Topas:
     return Topas(seed=seed, reuse=False, aging=False, name="topas-base", **params)
+
+
+_topas_base.PARAMS = without(Topas.PARAMS, "reuse", "aging")
 
 
 @register("topas-noreuse", "TOPAS without V_reuse", source="TOPAS ablation")
@@ -863,12 +905,21 @@ def _topas_noreuse(seed: int = 0, **params) -> Topas:
     return Topas(seed=seed, reuse=False, name="topas-noreuse", **params)
 
 
+_topas_noreuse.PARAMS = without(Topas.PARAMS, "reuse")
+
+
 @register("topas-noaging", "TOPAS without aging (g_i = 1)", source="TOPAS ablation")
 def _topas_noaging(seed: int = 0, **params) -> Topas:
     return Topas(seed=seed, aging=False, name="topas-noaging", **params)
+
+
+_topas_noaging.PARAMS = without(Topas.PARAMS, "aging")
 
 
 @register("topas-oracle", "TOPAS with the true residual service times instead of estimates "
           "(clairvoyant upper reference)", source="TOPAS, oracle residuals")
 def _topas_oracle(seed: int = 0, **params) -> Topas:
     return TopasOracle(seed=seed, name="topas-oracle", **params)
+
+
+_topas_oracle.PARAMS = Topas.PARAMS

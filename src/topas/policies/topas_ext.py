@@ -43,11 +43,18 @@ from topas.engine.snapshot import RequestState, Snapshot, StageStatus
 from topas.policies import register
 from topas.policies.base import AdmissionPlan
 from topas.policies.continuum import Continuum, reload_s
+from topas.policies.params import choice, subset, with_defaults
 from topas.policies.topas import Topas
 
 
 class TopasHold(Topas):
     """TOPAS whose decision is extended with context holds and pressure releases."""
+
+    #: TOPAS's parameters and Continuum's tool-duration learner's (topas.policies.params)
+    PARAMS = (*Topas.PARAMS,
+              *(p for p in Continuum.PARAMS if p.name not in ("reserve_ratio", "window")),
+              choice("holds", "after", ("off", "after", "first"), "when contexts are held: "
+                     "around TOPAS's admissions, before them, or never"))
 
     def __init__(self, seed: int = 0, memory_weight: float = 1.0, cold_mean_s: float = 1.0,
                  max_ttl_s: float = 30.0, min_samples: int = 3, slack_s: float = 0.05,
@@ -207,12 +214,18 @@ def _topas_hold(seed: int = 0, **params) -> TopasHold:
     return TopasHold(seed=seed, **params)
 
 
+_topas_hold.PARAMS = TopasHold.PARAMS
+
+
 @register("topas-aged-revoke", "TOPAS with revoke_value='current': a preemption swap also "
           "pays the aged gain the displaced request would have if waiting (review question 2)",
           source="our extension (docs/topas.md, review question 2)")
 def _topas_aged_revoke(seed: int = 0, **params) -> Topas:
     params.setdefault("revoke_value", "current")
     return Topas(seed=seed, name="topas-aged-revoke", **params)
+
+
+_topas_aged_revoke.PARAMS = with_defaults(Topas.PARAMS, {"revoke_value": "current"})
 
 
 #: The flagship's departures from the paper, each ``name -> (flagship params, paper params)``.
@@ -264,3 +277,9 @@ def _topas(seed: int = 0, **params) -> TopasHold:
         off = tuple(x for x in off.split("+") if x)
     return TopasHold(seed=seed, name=params.pop("name", "topas"),
                      **{**flagship_params(tuple(off)), **params})
+
+
+#: the flagship's defaults are the departures; ``off`` reverts some of them
+_topas.PARAMS = (*with_defaults(TopasHold.PARAMS, flagship_params()),
+                 subset("off", (), DEPARTURES, "departures reverted to the paper's choice, "
+                        "joined by + (e.g. off=holds+reserve)"))

@@ -453,9 +453,12 @@ def _read_trace_times(path: Path, unit: str, where: str) -> tuple[float, ...]:
     one number per line; shifted so the first arrival is at 0 and sorted check."""
     if not path.exists():
         raise SpecError(f"{where}: trace file {path} does not exist")
+    if not path.is_file():
+        raise SpecError(f"{where}: trace file {path} is not a file")
     scale = {"ms": 1e-3, "s": 1.0}[unit]
     times: list[float] = []
-    with path.open() as f:
+    # undecodable bytes become U+FFFD: a binary file fails as a bad line, named below
+    with path.open(encoding="utf-8", errors="replace") as f:
         for ln, line in enumerate(f, 1):
             line = line.strip()
             if not line:
@@ -465,7 +468,7 @@ def _read_trace_times(path: Path, unit: str, where: str) -> tuple[float, ...]:
                 t = v["timestamp"] if isinstance(v, dict) else v
                 if isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0:
                     raise ValueError
-            except (ValueError, KeyError):
+            except (ValueError, KeyError, RecursionError):
                 raise SpecError(f"{path} line {ln}: expected a timestamp >= 0 (a number, or a "
                                 f"JSON object with 'timestamp'), got {line[:60]!r}") from None
             if times and t * scale < times[-1]:
@@ -607,18 +610,42 @@ def load_workload_file(path: str | Path) -> DeclarativeWorkload:
     """Load a ``.yaml``/``.yml``/``.json`` workload file; errors name the file and field."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(f"{p}: not a UTF-8 text file") from None
     except OSError as e:
         raise SpecError(f"{p}: cannot read ({e.strerror})") from None
     try:
         doc = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except RecursionError:
+        raise SpecError(f"{p}: nested too deeply (at most {MAX_DEPTH} levels)") from None
     except json.JSONDecodeError as e:
         raise SpecError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""
         raise SpecError(f"{p}: not valid YAML ({getattr(e, 'problem', None) or e}{at})") from None
+    if _depth(doc) > MAX_DEPTH:
+        raise SpecError(f"{p}: nested too deeply (at most {MAX_DEPTH} levels)")
     return parse_workload(doc, str(p), base=p.parent)
+
+
+#: deepest nesting of lists and mappings a workload file may have (the built-in ones use
+#: under 10); keeps recursive parsing and sampling far from Python's recursion limit
+MAX_DEPTH = 64
+
+
+def _depth(doc: object) -> int:
+    """Nesting depth of lists and mappings in ``doc``, without recursion (stops counting
+    past ``MAX_DEPTH``)."""
+    deepest, stack = 0, [(doc, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (dict, list)):
+            deepest = max(deepest, d)
+            if d <= MAX_DEPTH:
+                stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
 
 
 @lru_cache(maxsize=None)

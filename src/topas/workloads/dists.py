@@ -34,9 +34,15 @@ class SpecError(ValueError):
     """A malformed workload file; the message names the file, the field and the problem."""
 
 
+#: the largest magnitude a number in a workload file may have (tokens, counts, seconds)
+MAX_NUMBER = 1e15
+
+
 def _num(v: object, where: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         raise SpecError(f"{where}: must be a finite number, got {v!r}")
+    if abs(v) > MAX_NUMBER:
+        raise SpecError(f"{where}: {v:g} is out of range (at most {MAX_NUMBER:g} in size)")
     return float(v)
 
 
@@ -175,8 +181,15 @@ def parse_dist(raw: object, where: str, unit: str) -> Dist:
             raise SpecError(f"{where}: must be >= {floor} {unit}, got {raw!r}")
         return Dist("const", (x,), unit)
     if not isinstance(raw, dict):
+        hint = ""
+        if isinstance(raw, str):
+            try:
+                float(raw)
+                hint = " (text, not a number: YAML reads 1e30 as text; write 1.0e+30)"
+            except ValueError:
+                pass
         raise SpecError(f"{where}: must be a number or a distribution mapping "
-                        f"(one of {list(_KINDS[1:])}), got {raw!r}")
+                        f"(one of {list(_KINDS[1:])}), got {raw!r}{hint}")
     kinds = [k for k in raw if k in _KINDS]
     extra = sorted(k for k in raw if k not in _KINDS and k not in ("min", "max", "weights"))
     if len(kinds) != 1 or extra:

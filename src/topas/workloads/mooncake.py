@@ -69,9 +69,12 @@ def read_mooncake(path: str | Path) -> list[TraceRequest]:
     p = Path(path)
     if not p.exists():
         raise SpecError(f"{p}: does not exist")
+    if not p.is_file():
+        raise SpecError(f"{p}: is not a file")
     out: list[TraceRequest] = []
     last_ts = -math.inf
-    with p.open() as f:
+    # undecodable bytes become U+FFFD: a binary file fails as invalid JSON on a named line
+    with p.open(encoding="utf-8", errors="replace") as f:
         for ln, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -80,6 +83,8 @@ def read_mooncake(path: str | Path) -> list[TraceRequest]:
                 d = json.loads(line)
             except json.JSONDecodeError as e:
                 raise SpecError(f"{where}: not valid JSON ({e.msg})") from None
+            except RecursionError:
+                raise SpecError(f"{where}: nested too deeply") from None
             if not isinstance(d, dict):
                 raise SpecError(f"{where}: must be a JSON object, got {type(d).__name__}")
             for k in ("timestamp", "input_length", "output_length", "hash_ids"):
