@@ -84,6 +84,11 @@ class RequestRecord:
     finished_s: float
     preemptions: int
     prefix_hit: bool
+    #: dynamic prompt tokens found in KV at the final admission (a held or cached context)
+    cached_tokens: int = 0
+    #: dynamic prompt tokens prefilled by the final admission (``cached + computed == prompt``;
+    #: output tokens a ``vllm`` preemption recomputes are not counted)
+    computed_tokens: int = 0
 
 
 @dataclass
@@ -139,7 +144,7 @@ class _Job:
     """Engine-private state of one request: its truth and its progress."""
 
     __slots__ = ("req", "out_total", "prefill_left", "ctx", "tool_after_s", "last",
-                 "first_admit_s", "hit")
+                 "first_admit_s", "hit", "gen0")
 
     def __init__(self, req: RequestState, out_total: int, tool_after_s: float, last: bool):
         self.req = req
@@ -150,6 +155,7 @@ class _Job:
         self.last = last
         self.first_admit_s = -1.0
         self.hit = False
+        self.gen0 = 0  #: generated tokens kept at the latest admission (prefilled again)
 
 
 class _PrefixJob:
@@ -225,7 +231,8 @@ class Simulator:
         self._truth: dict[int, Task] = {}
         self.held: dict[tuple[int, str], HeldContext] = {}
         #: unheld contexts cached in free memory, least recently finished first:
-        #: (task, stage) -> (agent, tokens); their total is ``ctx_cache_tokens``
+        #: (task, stage) -> (agent, tokens, computed tokens); their total tokens (the memory
+        #: they occupy) is ``ctx_cache_tokens``
         self.context_cache = context_cache
         self.ctx_cache: OrderedDict[tuple[int, str], tuple[str, int]] = OrderedDict()
         self.ctx_cache_tokens = 0
@@ -445,7 +452,7 @@ class Simulator:
             self.used_kv += change * h.tokens
             self.prefixes[h.agent].users += change  # a held context keeps its prefix
             held = self.held[key] = HeldContext(h.task_id, h.stage, h.agent, h.tokens,
-                                                h.since_s, until)
+                                                h.since_s, until, h.computed_tokens)
             if until > self.now:
                 # the event names this very hold: by its time the context may have been used,
                 # re-held, or replaced by the stage's next context (offered, never counted)
@@ -569,21 +576,23 @@ class Simulator:
         r.cached_tokens = 0
         base = r.prompt_tokens + r.generated_tokens
         if h is None and self.ctx_cache_tokens and key in self.ctx_cache:
-            agent, tokens = self.ctx_cache.pop(key)
+            agent, tokens, computed = self.ctx_cache.pop(key)
             self.ctx_cache_tokens -= tokens
             if job.hit:  # the prefix was resident throughout, so the chain is intact
-                h = HeldContext(r.task_id, r.stage, agent, tokens, self.now, self.now)
+                h = HeldContext(r.task_id, r.stage, agent, tokens, self.now, self.now, computed)
         if h is not None:
             if h.expires_s > self.now:
                 self.used_kv -= h.tokens
                 p.users -= 1  # the held context's claim on the prefix passes to the request
-            r.cached_tokens = min(h.tokens, r.prompt_tokens - 1)
+            r.cached_tokens = context_credit(h.computed_tokens, r.prompt_tokens,
+                                             self.config.block_size)
             self.counters.context_hit_tokens += r.cached_tokens
         r.kv_tokens = self._blocks(base)
         self.used_kv += r.kv_tokens
         if self.ctx_cache_tokens:  # this allocation may need cached contexts' room
             self._trim_ctx_cache()
         job.prefill_left = base - r.cached_tokens
+        job.gen0 = r.generated_tokens
         job.ctx = r.prefix_tokens + r.cached_tokens
         r.prefilled_tokens = 0
         r.admitted_s = self.now
@@ -648,13 +657,16 @@ class Simulator:
             r.request_id, r.task_id, r.stage, r.agent, r.round_index, r.prompt_tokens,
             job.out_total, r.ready_s, job.first_admit_s,
             r.first_token_s if r.first_token_s is not None else self.now, self.now,
-            r.preemptions, job.hit))
+            r.preemptions, job.hit, r.cached_tokens,
+            r.prefilled_tokens - job.gen0))
         if self.record_timeline:
             self.timeline.append(("request", r.request_id, r.task_id, r.stage, r.agent,
                                   job.first_admit_s, self.now))
         if self.progress is not None:
             self.progress(1)
         ctx_tokens = r.kv_tokens
+        # the last sampled token was never fed back, so it has no KV
+        ctx_computed = r.prompt_tokens + r.generated_tokens - 1
         r.kv_tokens = 0
         self._note("finish")
         if not job.last:
@@ -662,7 +674,8 @@ class Simulator:
             st.tool_until_s = self.now + job.tool_after_s
             # offer the context to the policy: held only if the decision holds it
             self.held[(r.task_id, r.stage)] = HeldContext(r.task_id, r.stage, r.agent,
-                                                          ctx_tokens, self.now, self.now)
+                                                          ctx_tokens, self.now, self.now,
+                                                          ctx_computed)
             self._push(self.now + job.tool_after_s, _TOOL, (r.task_id, r.stage))
             return
         st.status = StageStatus.DONE
@@ -680,7 +693,8 @@ class Simulator:
                 del self._stage_spec[(ts.task_id, s.name)]
             self.task_records.append(TaskRecord(ts.task_id, ts.workflow, ts.arrival_s, self.now,
                                                 task_lower_bound(truth, self.agents, self.cost,
-                                                                 self.config.prefill_chunk_tokens),
+                                                                 self.config.prefill_chunk_tokens,
+                                                                 self.config.block_size),
                                                 self._n_req_done_by_task.pop(ts.task_id)))
             return
         for nxt in st.succs:
@@ -713,7 +727,7 @@ class Simulator:
         old = self.ctx_cache.pop(key, None)
         if old is not None:
             self.ctx_cache_tokens -= old[1]
-        self.ctx_cache[key] = (h.agent, h.tokens)
+        self.ctx_cache[key] = (h.agent, h.tokens, h.computed_tokens)
         self.ctx_cache_tokens += h.tokens
         self._trim_ctx_cache()
 
@@ -721,7 +735,7 @@ class Simulator:
         """Evict cached contexts, least recently finished first, until they fit the free KV."""
         free = self.config.kv_budget_tokens - self.used_kv
         while self.ctx_cache_tokens > free:
-            _, (_, tokens) = self.ctx_cache.popitem(last=False)
+            _, (_, tokens, _) = self.ctx_cache.popitem(last=False)
             self.ctx_cache_tokens -= tokens
 
     def _uncache_agent(self, agent: str) -> None:
@@ -976,28 +990,40 @@ class Simulator:
                             "but nothing waiting, running or scheduled")
 
 
+def context_credit(computed_tokens: int, prompt_tokens: int, block_size: int) -> int:
+    """Dynamic prompt tokens the next call of a stage skips when it finds the previous call's
+    context (held or cached): only tokens whose KV was computed, only whole blocks, and at
+    least one prompt token is left to prefill (vLLM's ``get_computed_blocks`` caps the hit
+    at ``num_tokens - 1`` and matches full blocks only; blocks hold only computed tokens)."""
+    n = min(computed_tokens, prompt_tokens - 1)
+    if n <= 0:
+        return 0
+    return n - n % block_size if block_size > 1 else n
+
+
 def task_lower_bound(task: Task, agents: Mapping[str, Agent], cost: CostModel,
-                     chunk_tokens: int = 8192) -> float:
+                     chunk_tokens: int = 8192, block_size: int = 1) -> float:
     """The task's critical path on an empty engine: every call alone, its agent prefix already
-    resident and the previous call's context of its stage still cached; tool delays included.
+    resident and the previous call's context of its stage still cached (credited by the
+    engine's rule, :func:`context_credit`, for ``block_size``); tool delays included.
     No schedule can finish the task sooner."""
     finish: dict[str, float] = {}
     for k in task.topological_order():
         s = task.stages[k]
         t = max((finish[d] for d in s.deps), default=0.0)
         prefix = agents[s.agent].prefix_tokens
-        prev_ctx = 0
+        prev_computed = 0
         for j, c in enumerate(s.calls):
-            cached = min(prev_ctx, c.prompt_tokens - 1)
+            cached = context_credit(prev_computed, c.prompt_tokens, block_size)
             # a cached context saves prefill FLOPs but adds attention over it; in the
             # memory-bound regime that can cost more than prefilling it again, so the bound
-            # takes whichever is shorter
+            # takes whichever is shorter (the engine credits exactly ``cached`` or nothing)
             t += min(cost.call_time_alone(c.prompt_tokens - cached, c.output_tokens,
                                           prefix + cached, chunk_tokens),
                      cost.call_time_alone(c.prompt_tokens, c.output_tokens, prefix,
                                           chunk_tokens))
             if j < len(s.calls) - 1:
                 t += c.tool_delay_s
-            prev_ctx = c.prompt_tokens + c.output_tokens
+            prev_computed = c.prompt_tokens + c.output_tokens - 1
         finish[s.name] = t
     return max(finish.values())
