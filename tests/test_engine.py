@@ -375,3 +375,21 @@ def test_snapshot_hides_truth_and_tracks_prefix_state():
     assert phases == [Phase.WAITING]
     assert seen[-1][0] == "finish"
 
+
+@pytest.mark.parametrize("workload", ["metagpt-tl", "toy-chain"])
+@pytest.mark.parametrize("rate", [1e-300, 1e-12, float("inf"), float("nan"), 0.0, -1.0])
+def test_rates_whose_arrival_times_lose_precision_are_rejected(workload, rate):
+    """A rate so low that arrival times pass 1e9 s (float64 clock resolution worse than
+    ~1e-7 s: JCTs below their lower bounds by rounding), or not a positive finite number, is
+    a ValueError naming the rate, never a run."""
+    from topas.api import sample_tasks
+
+    with pytest.raises(ValueError, match=f"rate {rate!r}"):
+        sample_tasks(workload, 20, rate, 0)
+
+
+def test_simulator_rejects_arrival_times_beyond_the_clock_resolution():
+    with pytest.raises(ValueError, match="arrival time"):
+        run([one_call_task(0, "A", 100, 10, at=1e300)], [Agent("A", 100)])
+    sample_ok = run([one_call_task(0, "A", 100, 10, at=1e8)], [Agent("A", 100)])[1]
+    assert sample_ok.tasks[0].jct_s >= sample_ok.tasks[0].lower_bound_s * (1 - 1e-9)

@@ -64,6 +64,10 @@ _ARRIVAL, _TOOL, _SWAP_IN, _SWAP_OUT, _HOLD = range(5)
 _EVENT_NAMES = {_ARRIVAL: "arrival", _TOOL: "tool", _SWAP_IN: "swap-in", _SWAP_OUT: "swap-out",
                 _HOLD: "hold-expiry"}
 
+#: arrival times beyond this lose sub-microsecond resolution in float64 (ulp ~1.2e-7 s), so
+#: JCTs could fall below their lower bounds by rounding (= topas.workloads.MAX_ARRIVAL_SPAN_S)
+_MAX_TIME_S = 1e9
+
 
 class PolicyStalled(RuntimeError):
     """The engine is idle, requests wait, nothing else can happen, and the policy admits none."""
@@ -205,6 +209,10 @@ class Simulator:
             raise ValueError(f"block_size {self.config.block_size}: must be >= 1")
         self.agents = dict(agents)
         for t in tasks:
+            if not abs(t.arrival_s) <= _MAX_TIME_S:
+                raise ValueError(f"task {t.task_id}: arrival time {t.arrival_s!r} s is not finite "
+                                 f"or beyond {_MAX_TIME_S:.0e} s, where simulated times lose "
+                                 "precision (a rate too low?)")
             validate_task(t, self.agents)
             validate_fits(t, self.agents, budget, self.config.block_size)
         self.tasks_in = sorted(tasks, key=lambda t: (t.arrival_s, t.task_id))
