@@ -35,6 +35,7 @@ decision.  Decisions are validated; an infeasible one raises
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 import time as _time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -233,6 +234,12 @@ class Simulator:
                                                  for a, ag in self.agents.items()}
         self.running: dict[int, _Job] = {}  # admission order
         self.waiting: dict[int, _Job] = {}
+        #: the same requests' states in the same order, so a snapshot copies them at C speed
+        self._wreq: dict[int, RequestState] = {}
+        #: waiting requests in program-level FCFS order, kept sorted by insertion: their
+        #: keys (task arrival, task id, ready time, seq) and, in the same order, the requests
+        self._wprog_keys: list[tuple[float, int, float, int]] = []
+        self._wprog: list[RequestState] = []
         self._waiting_sorted = True
         self.prefix_jobs: dict[str, _PrefixJob] = {}
         self.tasks: dict[int, TaskState] = {}
@@ -272,6 +279,17 @@ class Simulator:
     def _blocks(self, tokens: int) -> int:
         b = self.config.block_size
         return tokens if b <= 1 else -(-tokens // b) * b
+
+    def _wprog_add(self, r: RequestState) -> None:
+        keys = self._wprog_keys
+        k = (self.tasks[r.task_id].arrival_s, r.task_id, r.ready_s, r.seq)
+        if not keys or keys[-1] < k:
+            keys.append(k)
+            self._wprog.append(r)
+        else:
+            i = bisect_left(keys, k)
+            keys.insert(i, k)
+            self._wprog.insert(i, r)
 
     def _note(self, event: str) -> None:
         if not self._pending_event:
@@ -330,17 +348,21 @@ class Simulator:
                            seq=self._wseq)
         job = _Job(req, call.output_tokens, call.tool_delay_s, round_index == len(spec.calls) - 1)
         self.waiting[req.request_id] = job
+        self._wreq[req.request_id] = req
+        self._wprog_add(req)
 
     # ------------------------------------------------------------------ snapshot & decision
     def snapshot(self) -> Snapshot:
         if not self._waiting_sorted:
             self.waiting = dict(sorted(self.waiting.items(), key=lambda kv: kv[1].req.seq))
+            self._wreq = {rid: j.req for rid, j in self.waiting.items()}
             self._waiting_sorted = True
         return Snapshot(
             time_s=self.now, event=self._pending_event or "tick", config=self.config,
             cost=self.cost, used_kv_tokens=self.used_kv, prefixes=self.prefixes,
             running=tuple(j.req for j in self.running.values()),
-            waiting=tuple(j.req for j in self.waiting.values()),
+            waiting=tuple(self._wreq.values()), waiting_fcfs=True,
+            waiting_program=tuple(self._wprog),
             tasks=self.tasks, held=dict(self.held), history=self.history,
             host_used_tokens=self.host_used,
         )
@@ -474,6 +496,11 @@ class Simulator:
                 raise self._bad(f"credits request {rid}, which is not active")
             j.req.credit_s = float(c)
         for rid in d.admit:
+            r = self._wreq.pop(rid)
+            i = bisect_left(self._wprog_keys,
+                            (self.tasks[r.task_id].arrival_s, r.task_id, r.ready_s, r.seq))
+            del self._wprog_keys[i]
+            del self._wprog[i]
             self._admit(self.waiting.pop(rid))
         self._kv_changed()
         if self.record_timeline:
@@ -638,6 +665,8 @@ class Simulator:
         r.preemptions += 1
         r.first_token_s = r.first_token_s if self.config.preemption == "vllm" else None
         self.waiting[r.request_id] = job
+        self._wreq[r.request_id] = r
+        self._wprog_add(r)
         self._waiting_sorted = False
         ts = self.tasks[r.task_id]
         ts.stages[r.stage].status = StageStatus.READY

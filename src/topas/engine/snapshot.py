@@ -225,6 +225,13 @@ class Snapshot:
     #: completed stage executions per (agent, stage kind), oldest first (append-only)
     history: Mapping[tuple[str, str], Sequence[StageRecord]]
     host_used_tokens: int = 0
+    #: ``waiting`` is sorted by ``(ready_s, seq)`` (the simulator guarantees it: both grow
+    #: together, and a preempted request keeps its own), so FCFS-ordered policies may use it
+    #: as it is instead of sorting a long queue at every event
+    waiting_fcfs: bool = False
+    #: when the engine keeps it (the simulator does): ``waiting`` in program-level FCFS
+    #: order, by (task arrival, task id, ready time, seq) (``policies.parrot.task_fcfs_key``)
+    waiting_program: Sequence[RequestState] | None = None
 
     @property
     def kv_budget_tokens(self) -> int:
