@@ -210,11 +210,11 @@ class Simulator:
             raise ValueError(f"block_size {self.config.block_size}: must be >= 1")
         self.agents = dict(agents)
         for t in tasks:
+            validate_task(t, self.agents)  # (a non-finite arrival time is a WorkflowError)
             if not abs(t.arrival_s) <= _MAX_TIME_S:
-                raise ValueError(f"task {t.task_id}: arrival time {t.arrival_s!r} s is not finite "
-                                 f"or beyond {_MAX_TIME_S:.0e} s, where simulated times lose "
-                                 "precision (a rate too low?)")
-            validate_task(t, self.agents)
+                raise ValueError(f"task {t.task_id}: arrival time {t.arrival_s!r} s is beyond "
+                                 f"{_MAX_TIME_S:.0e} s, where simulated times lose precision "
+                                 "(a rate too low?)")
             validate_fits(t, self.agents, budget, self.config.block_size)
         self.tasks_in = sorted(tasks, key=lambda t: (t.arrival_s, t.task_id))
         if len({t.task_id for t in tasks}) != len(tasks):
