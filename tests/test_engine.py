@@ -225,9 +225,10 @@ def test_react_stage_tool_delay_and_held_context():
     _, held = run([task], [Agent("A", P)], policy=Holder())
     r0, r1 = sorted(plain.requests, key=lambda r: r.round_index)
     assert r1.ready_s == pytest.approx(r0.finished_s + 2.0)
-    # second call: plain prefills 800 tokens after the prefix, held only 800-600 after 1600
+    # second call: plain prefills 800 tokens after the prefix, held only 800-599 after 1599
+    # (the first call's last output token was never fed back: 500 + 100 - 1 tokens have KV)
     t_plain = COST.prefill_time(800, P) + COST.decode_run_time(1, P + 801, 49)
-    t_held = COST.prefill_time(200, P + 600) + COST.decode_run_time(1, P + 801, 49)
+    t_held = COST.prefill_time(201, P + 599) + COST.decode_run_time(1, P + 801, 49)
     assert r1.finished_s - r1.ready_s == pytest.approx(t_plain)
     h1 = sorted(held.requests, key=lambda r: r.round_index)[1]
     assert h1.finished_s - h1.ready_s == pytest.approx(t_held)
@@ -243,12 +244,16 @@ def test_context_cache_keeps_an_unheld_context_until_its_room_is_needed():
     _, off = run([task], [Agent("A", P)])
     _, on = run([task], [Agent("A", P)], context_cache=True)
     t_plain = COST.prefill_time(800, P) + COST.decode_run_time(1, P + 801, 49)
-    t_cached = COST.prefill_time(200, P + 600) + COST.decode_run_time(1, P + 801, 49)
+    t_cached = COST.prefill_time(201, P + 599) + COST.decode_run_time(1, P + 801, 49)
     r1 = {r.round_index: r for r in off.requests}[1]
     c1 = {r.round_index: r for r in on.requests}[1]
     assert r1.finished_s - r1.ready_s == pytest.approx(t_plain)
     assert c1.finished_s - c1.ready_s == pytest.approx(t_cached)
-    assert off.counters.context_hit_tokens == 0 and on.counters.context_hit_tokens == 600
+    assert off.counters.context_hit_tokens == 0 and on.counters.context_hit_tokens == 599
+    # with blocks of 16 only whole computed blocks are reused: 599 -> 592
+    _, blk = run([task], [Agent("A", P)], context_cache=True, block_size=16)
+    assert blk.counters.context_hit_tokens == 592
+    assert {r.round_index: r.cached_tokens for r in blk.requests} == {0: 0, 1: 592}
     # a flood during the tool call: B's request needs all the free memory, so the cached
     # context (which takes no budget) is evicted, and nothing else is disturbed
     budget = 4000
@@ -369,3 +374,22 @@ def test_snapshot_hides_truth_and_tracks_prefix_state():
     assert loc == Location.NONE
     assert phases == [Phase.WAITING]
     assert seen[-1][0] == "finish"
+
+
+@pytest.mark.parametrize("workload", ["metagpt-tl", "toy-chain"])
+@pytest.mark.parametrize("rate", [1e-300, 1e-12, float("inf"), float("nan"), 0.0, -1.0])
+def test_rates_whose_arrival_times_lose_precision_are_rejected(workload, rate):
+    """A rate so low that arrival times pass 1e9 s (float64 clock resolution worse than
+    ~1e-7 s: JCTs below their lower bounds by rounding), or not a positive finite number, is
+    a ValueError naming the rate, never a run."""
+    from topas.api import sample_tasks
+
+    with pytest.raises(ValueError, match=f"rate {rate!r}"):
+        sample_tasks(workload, 20, rate, 0)
+
+
+def test_simulator_rejects_arrival_times_beyond_the_clock_resolution():
+    with pytest.raises(ValueError, match="arrival time"):
+        run([one_call_task(0, "A", 100, 10, at=1e300)], [Agent("A", 100)])
+    sample_ok = run([one_call_task(0, "A", 100, 10, at=1e8)], [Agent("A", 100)])[1]
+    assert sample_ok.tasks[0].jct_s >= sample_ok.tasks[0].lower_bound_s * (1 - 1e-9)

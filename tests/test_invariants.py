@@ -1,10 +1,20 @@
 """Property-based invariants of the simulator under every registered policy.
 
 On random small workloads (random DAGs, ReAct rounds, tool delays, prefix sizes, KV budgets,
-block sizes, preemption semantics, with or without a host tier): the KV budget is never
-exceeded and every used token is accounted for at every decision, every request completes
-exactly once, every task completes, every JCT is at least
-its lower bound, and the same seed gives identical results.
+block sizes, preemption semantics, with or without a host tier), with the context cache on and
+off: the KV budget is never exceeded and every used token is accounted for at every
+decision; every request completes exactly once and every task completes; for every call the
+prompt tokens it prefilled plus those it found cached equal its prompt, and the cached ones
+are whole computed blocks of its stage's previous call; every JCT is at least its lower
+bound; no stage starts before its predecessors finish and no call before its tool returns;
+the same seed gives identical results.
+
+Examples are new on every run: the seed comes from ``TOPAS_HYPOTHESIS_SEED`` (tests/conftest.py
+picks and prints one when it is unset).  ``TOPAS_HYPOTHESIS_EXAMPLES`` is the number of
+examples per policy, split between context cache off and on (CI default 80: ~1,600 cases over
+the 20 policies).  The long local run is
+
+    TOPAS_HYPOTHESIS_EXAMPLES=5000 python -m pytest tests/test_invariants.py -q
 """
 
 from __future__ import annotations
@@ -12,21 +22,22 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, note, seed, settings
 from hypothesis import strategies as st
 
 from kv_checks import assert_kv_accounted
 from topas.engine.cost import get_profile
-from topas.engine.simulator import Simulator
+from topas.engine.simulator import Simulator, context_credit
 from topas.engine.snapshot import Location
 from topas.policies import list_policies, make_policy
 from topas.workflow.model import Agent, Call, Stage, Task
 
 PROFILE = get_profile("a100-80g/qwen2.5-32b")
 POLICIES = [p.name for p in list_policies()]
-# >= 1,000 generated cases across the policies in CI; override with TOPAS_HYPOTHESIS_EXAMPLES
-EXAMPLES = int(os.environ.get("TOPAS_HYPOTHESIS_EXAMPLES",
-                              str(max(60, -(-1000 // max(1, len(POLICIES)))))))
+SEED = int(os.environ.get("TOPAS_HYPOTHESIS_SEED", "0"))
+#: examples per policy, half with the context cache off and half with it on
+EXAMPLES = max(2, int(os.environ.get("TOPAS_HYPOTHESIS_EXAMPLES", "80")))
+TOL = 1e-9  # relative: the clock sums iteration times in float64
 
 
 @st.composite
@@ -53,44 +64,96 @@ def scenarios(draw):
     return dict(agents=agents, tasks=tasks, budget=budget,
                 block=draw(st.sampled_from([1, 16])),
                 preemption=draw(st.sampled_from(["sglang", "vllm"])),
-                host=draw(st.booleans()), cache=draw(st.booleans()),
-                seed=draw(st.integers(0, 3)))
+                host=draw(st.booleans()), seed=draw(st.integers(0, 3)))
 
 
-def _run(policy: str, sc: dict):
+def _run(policy: str, sc: dict, cache: bool):
     def check(snap, dec):
         assert_kv_accounted(snap)
         # cached contexts live in free memory only, behind a resident prefix
-        assert sim.ctx_cache_tokens == sum(t for _, t in sim.ctx_cache.values())
+        assert sim.ctx_cache_tokens == sum(v[1] for v in sim.ctx_cache.values())
         assert sim.used_kv + sim.ctx_cache_tokens <= sc["budget"]
-        assert all(snap.prefixes[a].location == Location.DEVICE for a, _ in sim.ctx_cache.values())
+        assert all(snap.prefixes[v[0]].location == Location.DEVICE
+                   for v in sim.ctx_cache.values())
 
     sim = Simulator(sc["tasks"], {a.name: a for a in sc["agents"]}, PROFILE,
                     make_policy(policy, seed=sc["seed"]), seed=sc["seed"], on_decision=check,
                     kv_budget_tokens=sc["budget"], block_size=sc["block"],
-                    preemption=sc["preemption"], host_tier=sc["host"],
-                    context_cache=sc["cache"])
+                    preemption=sc["preemption"], host_tier=sc["host"], context_cache=cache)
     return sim.run()
 
 
+def check_result(res, tasks, block: int) -> None:
+    """The run-level invariants of ``res`` (a SimResult of ``tasks``)."""
+    c = res.counters
+    assert len(res.tasks) == len(tasks)
+    ids = [r.request_id for r in res.requests]
+    assert len(ids) == len(set(ids)) == sum(t.n_calls for t in tasks)
+    calls = {(r.task_id, r.stage, r.round_index): r for r in res.requests}
+    assert len(calls) == len(ids)  # each (task, stage, round) completes exactly once
+    for t in res.tasks:
+        assert t.jct_s >= t.lower_bound_s * (1 - TOL), (t, t.jct_s)
+    # the counter also counts hits of admissions that were preempted later
+    hits = sum(r.cached_tokens for r in res.requests)
+    assert c.context_hit_tokens == hits if c.preemptions == 0 else c.context_hit_tokens >= hits
+    finished = {t.task_id: t.finished_s for t in res.tasks}
+    for task in tasks:
+        stages = {s.name: s for s in task.stages}
+        for s in task.stages:
+            # a stage starts once every predecessor's last call has finished (or at arrival)
+            deps_done = max((calls[(task.task_id, d, len(stages[d].calls) - 1)].finished_s
+                             for d in s.deps), default=task.arrival_s)
+            prev = None
+            for j, call in enumerate(s.calls):
+                r = calls[(task.task_id, s.name, j)]
+                assert r.prompt_tokens == call.prompt_tokens
+                assert r.cached_tokens + r.computed_tokens == r.prompt_tokens, r
+                assert r.ready_s <= r.admitted_s <= r.first_token_s <= r.finished_s, r
+                assert r.finished_s <= finished[task.task_id]
+                # (events are seen at iteration boundaries, so readiness may come a bit later)
+                if prev is None:
+                    assert r.ready_s >= deps_done, (r, deps_done)
+                    assert r.cached_tokens == 0, r
+                else:
+                    # ready when its tool returns, never before
+                    tool_back = prev.finished_s + s.calls[j - 1].tool_delay_s
+                    assert r.ready_s >= tool_back, r
+                    # only whole blocks of what the previous call computed, or nothing
+                    full = context_credit(prev.prompt_tokens + prev.output_tokens - 1,
+                                          r.prompt_tokens, block)
+                    assert r.cached_tokens in (0, full), (r, full)
+                assert r.cached_tokens % block == 0, r
+                prev = r
+
+
+@pytest.mark.parametrize("cache", [False, True], ids=["cache-off", "cache-on"])
 @pytest.mark.parametrize("policy", POLICIES)
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
+@seed(SEED)
+@settings(max_examples=max(1, EXAMPLES // 2), deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(sc=scenarios())
-def test_invariants(policy, sc):
-    res = _run(policy, sc)
-    c = res.counters
-    assert c.peak_kv_tokens <= sc["budget"]
-    assert len(res.tasks) == len(sc["tasks"])
-    ids = [r.request_id for r in res.requests]
-    assert len(ids) == len(set(ids)) == sum(t.n_calls for t in sc["tasks"])
-    # each (task, stage, round) completes exactly once
-    keys = {(r.task_id, r.stage, r.round_index) for r in res.requests}
-    assert len(keys) == len(ids)
-    for t in res.tasks:
-        assert t.jct_s >= t.lower_bound_s * (1 - 1e-9) - 1e-9
-    for r in res.requests:
-        assert r.ready_s <= r.admitted_s <= r.first_token_s <= r.finished_s
-    again = _run(policy, sc)
+def test_invariants(policy, cache, sc):
+    note(f"TOPAS_HYPOTHESIS_SEED={SEED}")
+    res = _run(policy, sc, cache)
+    assert res.counters.peak_kv_tokens <= sc["budget"]
+    check_result(res, sc["tasks"], sc["block"])
+    again = _run(policy, sc, cache)
     assert [(t.task_id, t.finished_s) for t in again.tasks] == \
         [(t.task_id, t.finished_s) for t in res.tasks]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_block_padding_is_never_credited_as_cached_prompt(policy):
+    """Regression (issue 13): a finished call offered its context as its block-rounded KV and
+    reuse credited min(held, prompt - 1), so up to block - 1 never-computed tokens were
+    skipped: (1,1), (117,1), (1,1) with blocks of 16 finished in 0.131546 s, under its lower
+    bound of 0.131675 s.  The first call computed 1 token (its output was never fed back),
+    which fills no block: nothing is credited."""
+    task = Task(0, 0.0, (Stage("s0", "a0", (Call(1, 1), Call(117, 1), Call(1, 1))),))
+    res = Simulator([task], {"a0": Agent("a0", 0)}, PROFILE, make_policy(policy),
+                    kv_budget_tokens=1120, block_size=16, context_cache=True).run()
+    check_result(res, [task], 16)
+    assert [r.cached_tokens for r in res.requests] == [0, 0, 0]
+    t = res.tasks[0]
+    assert t.jct_s >= t.lower_bound_s * (1 - TOL)
+    assert t.lower_bound_s == pytest.approx(0.132369, abs=1e-6)

@@ -35,6 +35,7 @@ decision.  Decisions are validated; an infeasible one raises
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 import time as _time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -64,6 +65,10 @@ _ARRIVAL, _TOOL, _SWAP_IN, _SWAP_OUT, _HOLD = range(5)
 _EVENT_NAMES = {_ARRIVAL: "arrival", _TOOL: "tool", _SWAP_IN: "swap-in", _SWAP_OUT: "swap-out",
                 _HOLD: "hold-expiry"}
 
+#: arrival times beyond this lose sub-microsecond resolution in float64 (ulp ~1.2e-7 s), so
+#: JCTs could fall below their lower bounds by rounding (= topas.workloads.MAX_ARRIVAL_SPAN_S)
+_MAX_TIME_S = 1e9
+
 
 class PolicyStalled(RuntimeError):
     """The engine is idle, requests wait, nothing else can happen, and the policy admits none."""
@@ -84,6 +89,11 @@ class RequestRecord:
     finished_s: float
     preemptions: int
     prefix_hit: bool
+    #: dynamic prompt tokens found in KV at the final admission (a held or cached context)
+    cached_tokens: int = 0
+    #: dynamic prompt tokens prefilled by the final admission (``cached + computed == prompt``;
+    #: output tokens a ``vllm`` preemption recomputes are not counted)
+    computed_tokens: int = 0
 
 
 @dataclass
@@ -139,7 +149,7 @@ class _Job:
     """Engine-private state of one request: its truth and its progress."""
 
     __slots__ = ("req", "out_total", "prefill_left", "ctx", "tool_after_s", "last",
-                 "first_admit_s", "hit")
+                 "first_admit_s", "hit", "gen0")
 
     def __init__(self, req: RequestState, out_total: int, tool_after_s: float, last: bool):
         self.req = req
@@ -150,6 +160,7 @@ class _Job:
         self.last = last
         self.first_admit_s = -1.0
         self.hit = False
+        self.gen0 = 0  #: generated tokens kept at the latest admission (prefilled again)
 
 
 class _PrefixJob:
@@ -199,7 +210,11 @@ class Simulator:
             raise ValueError(f"block_size {self.config.block_size}: must be >= 1")
         self.agents = dict(agents)
         for t in tasks:
-            validate_task(t, self.agents)
+            validate_task(t, self.agents)  # (a non-finite arrival time is a WorkflowError)
+            if not abs(t.arrival_s) <= _MAX_TIME_S:
+                raise ValueError(f"task {t.task_id}: arrival time {t.arrival_s!r} s is beyond "
+                                 f"{_MAX_TIME_S:.0e} s, where simulated times lose precision "
+                                 "(a rate too low?)")
             validate_fits(t, self.agents, budget, self.config.block_size)
         self.tasks_in = sorted(tasks, key=lambda t: (t.arrival_s, t.task_id))
         if len({t.task_id for t in tasks}) != len(tasks):
@@ -219,13 +234,20 @@ class Simulator:
                                                  for a, ag in self.agents.items()}
         self.running: dict[int, _Job] = {}  # admission order
         self.waiting: dict[int, _Job] = {}
+        #: the same requests' states in the same order, so a snapshot copies them at C speed
+        self._wreq: dict[int, RequestState] = {}
+        #: waiting requests in program-level FCFS order, kept sorted by insertion: their
+        #: keys (task arrival, task id, ready time, seq) and, in the same order, the requests
+        self._wprog_keys: list[tuple[float, int, float, int]] = []
+        self._wprog: list[RequestState] = []
         self._waiting_sorted = True
         self.prefix_jobs: dict[str, _PrefixJob] = {}
         self.tasks: dict[int, TaskState] = {}
         self._truth: dict[int, Task] = {}
         self.held: dict[tuple[int, str], HeldContext] = {}
         #: unheld contexts cached in free memory, least recently finished first:
-        #: (task, stage) -> (agent, tokens); their total is ``ctx_cache_tokens``
+        #: (task, stage) -> (agent, tokens, computed tokens); their total tokens (the memory
+        #: they occupy) is ``ctx_cache_tokens``
         self.context_cache = context_cache
         self.ctx_cache: OrderedDict[tuple[int, str], tuple[str, int]] = OrderedDict()
         self.ctx_cache_tokens = 0
@@ -257,6 +279,17 @@ class Simulator:
     def _blocks(self, tokens: int) -> int:
         b = self.config.block_size
         return tokens if b <= 1 else -(-tokens // b) * b
+
+    def _wprog_add(self, r: RequestState) -> None:
+        keys = self._wprog_keys
+        k = (self.tasks[r.task_id].arrival_s, r.task_id, r.ready_s, r.seq)
+        if not keys or keys[-1] < k:
+            keys.append(k)
+            self._wprog.append(r)
+        else:
+            i = bisect_left(keys, k)
+            keys.insert(i, k)
+            self._wprog.insert(i, r)
 
     def _note(self, event: str) -> None:
         if not self._pending_event:
@@ -315,17 +348,21 @@ class Simulator:
                            seq=self._wseq)
         job = _Job(req, call.output_tokens, call.tool_delay_s, round_index == len(spec.calls) - 1)
         self.waiting[req.request_id] = job
+        self._wreq[req.request_id] = req
+        self._wprog_add(req)
 
     # ------------------------------------------------------------------ snapshot & decision
     def snapshot(self) -> Snapshot:
         if not self._waiting_sorted:
             self.waiting = dict(sorted(self.waiting.items(), key=lambda kv: kv[1].req.seq))
+            self._wreq = {rid: j.req for rid, j in self.waiting.items()}
             self._waiting_sorted = True
         return Snapshot(
             time_s=self.now, event=self._pending_event or "tick", config=self.config,
             cost=self.cost, used_kv_tokens=self.used_kv, prefixes=self.prefixes,
             running=tuple(j.req for j in self.running.values()),
-            waiting=tuple(j.req for j in self.waiting.values()),
+            waiting=tuple(self._wreq.values()), waiting_fcfs=True,
+            waiting_program=tuple(self._wprog),
             tasks=self.tasks, held=dict(self.held), history=self.history,
             host_used_tokens=self.host_used,
         )
@@ -445,7 +482,7 @@ class Simulator:
             self.used_kv += change * h.tokens
             self.prefixes[h.agent].users += change  # a held context keeps its prefix
             held = self.held[key] = HeldContext(h.task_id, h.stage, h.agent, h.tokens,
-                                                h.since_s, until)
+                                                h.since_s, until, h.computed_tokens)
             if until > self.now:
                 # the event names this very hold: by its time the context may have been used,
                 # re-held, or replaced by the stage's next context (offered, never counted)
@@ -459,6 +496,11 @@ class Simulator:
                 raise self._bad(f"credits request {rid}, which is not active")
             j.req.credit_s = float(c)
         for rid in d.admit:
+            r = self._wreq.pop(rid)
+            i = bisect_left(self._wprog_keys,
+                            (self.tasks[r.task_id].arrival_s, r.task_id, r.ready_s, r.seq))
+            del self._wprog_keys[i]
+            del self._wprog[i]
             self._admit(self.waiting.pop(rid))
         self._kv_changed()
         if self.record_timeline:
@@ -569,21 +611,23 @@ class Simulator:
         r.cached_tokens = 0
         base = r.prompt_tokens + r.generated_tokens
         if h is None and self.ctx_cache_tokens and key in self.ctx_cache:
-            agent, tokens = self.ctx_cache.pop(key)
+            agent, tokens, computed = self.ctx_cache.pop(key)
             self.ctx_cache_tokens -= tokens
             if job.hit:  # the prefix was resident throughout, so the chain is intact
-                h = HeldContext(r.task_id, r.stage, agent, tokens, self.now, self.now)
+                h = HeldContext(r.task_id, r.stage, agent, tokens, self.now, self.now, computed)
         if h is not None:
             if h.expires_s > self.now:
                 self.used_kv -= h.tokens
                 p.users -= 1  # the held context's claim on the prefix passes to the request
-            r.cached_tokens = min(h.tokens, r.prompt_tokens - 1)
+            r.cached_tokens = context_credit(h.computed_tokens, r.prompt_tokens,
+                                             self.config.block_size)
             self.counters.context_hit_tokens += r.cached_tokens
         r.kv_tokens = self._blocks(base)
         self.used_kv += r.kv_tokens
         if self.ctx_cache_tokens:  # this allocation may need cached contexts' room
             self._trim_ctx_cache()
         job.prefill_left = base - r.cached_tokens
+        job.gen0 = r.generated_tokens
         job.ctx = r.prefix_tokens + r.cached_tokens
         r.prefilled_tokens = 0
         r.admitted_s = self.now
@@ -621,6 +665,8 @@ class Simulator:
         r.preemptions += 1
         r.first_token_s = r.first_token_s if self.config.preemption == "vllm" else None
         self.waiting[r.request_id] = job
+        self._wreq[r.request_id] = r
+        self._wprog_add(r)
         self._waiting_sorted = False
         ts = self.tasks[r.task_id]
         ts.stages[r.stage].status = StageStatus.READY
@@ -648,13 +694,16 @@ class Simulator:
             r.request_id, r.task_id, r.stage, r.agent, r.round_index, r.prompt_tokens,
             job.out_total, r.ready_s, job.first_admit_s,
             r.first_token_s if r.first_token_s is not None else self.now, self.now,
-            r.preemptions, job.hit))
+            r.preemptions, job.hit, r.cached_tokens,
+            r.prefilled_tokens - job.gen0))
         if self.record_timeline:
             self.timeline.append(("request", r.request_id, r.task_id, r.stage, r.agent,
                                   job.first_admit_s, self.now))
         if self.progress is not None:
             self.progress(1)
         ctx_tokens = r.kv_tokens
+        # the last sampled token was never fed back, so it has no KV
+        ctx_computed = r.prompt_tokens + r.generated_tokens - 1
         r.kv_tokens = 0
         self._note("finish")
         if not job.last:
@@ -662,7 +711,8 @@ class Simulator:
             st.tool_until_s = self.now + job.tool_after_s
             # offer the context to the policy: held only if the decision holds it
             self.held[(r.task_id, r.stage)] = HeldContext(r.task_id, r.stage, r.agent,
-                                                          ctx_tokens, self.now, self.now)
+                                                          ctx_tokens, self.now, self.now,
+                                                          ctx_computed)
             self._push(self.now + job.tool_after_s, _TOOL, (r.task_id, r.stage))
             return
         st.status = StageStatus.DONE
@@ -680,7 +730,8 @@ class Simulator:
                 del self._stage_spec[(ts.task_id, s.name)]
             self.task_records.append(TaskRecord(ts.task_id, ts.workflow, ts.arrival_s, self.now,
                                                 task_lower_bound(truth, self.agents, self.cost,
-                                                                 self.config.prefill_chunk_tokens),
+                                                                 self.config.prefill_chunk_tokens,
+                                                                 self.config.block_size),
                                                 self._n_req_done_by_task.pop(ts.task_id)))
             return
         for nxt in st.succs:
@@ -713,7 +764,7 @@ class Simulator:
         old = self.ctx_cache.pop(key, None)
         if old is not None:
             self.ctx_cache_tokens -= old[1]
-        self.ctx_cache[key] = (h.agent, h.tokens)
+        self.ctx_cache[key] = (h.agent, h.tokens, h.computed_tokens)
         self.ctx_cache_tokens += h.tokens
         self._trim_ctx_cache()
 
@@ -721,7 +772,7 @@ class Simulator:
         """Evict cached contexts, least recently finished first, until they fit the free KV."""
         free = self.config.kv_budget_tokens - self.used_kv
         while self.ctx_cache_tokens > free:
-            _, (_, tokens) = self.ctx_cache.popitem(last=False)
+            _, (_, tokens, _) = self.ctx_cache.popitem(last=False)
             self.ctx_cache_tokens -= tokens
 
     def _uncache_agent(self, agent: str) -> None:
@@ -976,28 +1027,40 @@ class Simulator:
                             "but nothing waiting, running or scheduled")
 
 
+def context_credit(computed_tokens: int, prompt_tokens: int, block_size: int) -> int:
+    """Dynamic prompt tokens the next call of a stage skips when it finds the previous call's
+    context (held or cached): only tokens whose KV was computed, only whole blocks, and at
+    least one prompt token is left to prefill (vLLM's ``get_computed_blocks`` caps the hit
+    at ``num_tokens - 1`` and matches full blocks only; blocks hold only computed tokens)."""
+    n = min(computed_tokens, prompt_tokens - 1)
+    if n <= 0:
+        return 0
+    return n - n % block_size if block_size > 1 else n
+
+
 def task_lower_bound(task: Task, agents: Mapping[str, Agent], cost: CostModel,
-                     chunk_tokens: int = 8192) -> float:
+                     chunk_tokens: int = 8192, block_size: int = 1) -> float:
     """The task's critical path on an empty engine: every call alone, its agent prefix already
-    resident and the previous call's context of its stage still cached; tool delays included.
+    resident and the previous call's context of its stage still cached (credited by the
+    engine's rule, :func:`context_credit`, for ``block_size``); tool delays included.
     No schedule can finish the task sooner."""
     finish: dict[str, float] = {}
     for k in task.topological_order():
         s = task.stages[k]
         t = max((finish[d] for d in s.deps), default=0.0)
         prefix = agents[s.agent].prefix_tokens
-        prev_ctx = 0
+        prev_computed = 0
         for j, c in enumerate(s.calls):
-            cached = min(prev_ctx, c.prompt_tokens - 1)
+            cached = context_credit(prev_computed, c.prompt_tokens, block_size)
             # a cached context saves prefill FLOPs but adds attention over it; in the
             # memory-bound regime that can cost more than prefilling it again, so the bound
-            # takes whichever is shorter
+            # takes whichever is shorter (the engine credits exactly ``cached`` or nothing)
             t += min(cost.call_time_alone(c.prompt_tokens - cached, c.output_tokens,
                                           prefix + cached, chunk_tokens),
                      cost.call_time_alone(c.prompt_tokens, c.output_tokens, prefix,
                                           chunk_tokens))
             if j < len(s.calls) - 1:
                 t += c.tool_delay_s
-            prev_ctx = c.prompt_tokens + c.output_tokens
+            prev_computed = c.prompt_tokens + c.output_tokens - 1
         finish[s.name] = t
     return max(finish.values())

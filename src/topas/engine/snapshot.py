@@ -166,7 +166,12 @@ class PrefixState:
 @dataclass(frozen=True, slots=True)
 class HeldContext:
     """The KV of a finished call kept resident while its stage waits on a tool, so the next
-    call of the stage skips prefilling it (Continuum).  Released at ``expires_s``."""
+    call of the stage skips prefilling it (Continuum).  Released at ``expires_s``.
+
+    ``tokens`` is its memory footprint (block-rounded).  ``computed_tokens`` is how many of
+    its dynamic tokens have KV: prompt + output - 1 (the last sampled token was never fed
+    back).  The next call is credited only whole computed blocks of it
+    (:func:`~topas.engine.simulator.context_credit`), as vLLM's and SGLang's caches do."""
 
     task_id: int
     stage: str
@@ -174,6 +179,7 @@ class HeldContext:
     tokens: int
     since_s: float
     expires_s: float
+    computed_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +225,13 @@ class Snapshot:
     #: completed stage executions per (agent, stage kind), oldest first (append-only)
     history: Mapping[tuple[str, str], Sequence[StageRecord]]
     host_used_tokens: int = 0
+    #: ``waiting`` is sorted by ``(ready_s, seq)`` (the simulator guarantees it: both grow
+    #: together, and a preempted request keeps its own), so FCFS-ordered policies may use it
+    #: as it is instead of sorting a long queue at every event
+    waiting_fcfs: bool = False
+    #: when the engine keeps it (the simulator does): ``waiting`` in program-level FCFS
+    #: order, by (task arrival, task id, ready time, seq) (``policies.parrot.task_fcfs_key``)
+    waiting_program: Sequence[RequestState] | None = None
 
     @property
     def kv_budget_tokens(self) -> int:

@@ -14,7 +14,7 @@ prefix that a running or just-admitted request uses.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
 from topas.engine.decision import Decision
@@ -33,6 +33,7 @@ class Policy(Protocol):
 
 
 _OUT_CACHE: dict[tuple[str, str | None], tuple[object, int, float]] = {}
+_LISTS_CACHE: dict[tuple[str, str | None], tuple[object, int, list]] = {}
 
 
 def expected_call_output(snap: Snapshot, agent: str, kind: str | None = None) -> float:
@@ -40,12 +41,20 @@ def expected_call_output(snap: Snapshot, agent: str, kind: str | None = None) ->
     completed stages of each kind; :data:`DEFAULT_OUTPUT_RESERVE_TOKENS` until any exists.
     History is append-only, so the mean is memoised by the history object (compared by
     identity, never by ``id``, which a later run's history could reuse) and its length."""
-    lists = [recs for (a, k), recs in snap.history.items()
-             if a == agent and (kind is None or k == kind)]
+    key = (agent, kind)
+    # the history's lists of this agent (and kind): the same objects until a key is added
+    got = _LISTS_CACHE.get(key)
+    if got is not None and got[0] is snap.history and got[1] == len(snap.history):
+        lists = got[2]
+    else:
+        lists = [recs for (a, k), recs in snap.history.items()
+                 if a == agent and (kind is None or k == kind)]
+        if len(_LISTS_CACHE) > 4096:
+            _LISTS_CACHE.clear()
+        _LISTS_CACHE[key] = (snap.history, len(snap.history), lists)
     seen = sum(len(r) for r in lists)
     if not seen:
         return float(DEFAULT_OUTPUT_RESERVE_TOKENS)
-    key = (agent, kind)
     hit = _OUT_CACHE.get(key)
     if hit is not None and hit[0] is snap.history and hit[1] == seen:
         return hit[2]
@@ -68,6 +77,15 @@ def output_reserve(snap: Snapshot, r: RequestState, ratio: float, expected_outpu
     would have to preempt at once."""
     step = snap.config.block_size
     return max(step, int(ratio * expected_output) - r.generated_tokens)
+
+
+def fcfs_queue(snap: Snapshot) -> Sequence[RequestState]:
+    """Waiting requests in arrival order ``(ready_s, seq)``: the snapshot's own sequence when
+    the engine guarantees that order (``Snapshot.waiting_fcfs``), so a long queue is not
+    sorted again at every event; sorted otherwise."""
+    if snap.waiting_fcfs:
+        return snap.waiting
+    return sorted(snap.waiting, key=lambda r: (r.ready_s, r.seq))
 
 
 class AdmissionPlan:

@@ -36,11 +36,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from topas.engine.decision import Decision
-from topas.engine.snapshot import HeldContext, Snapshot, StageStatus
+from topas.engine.snapshot import HeldContext, Phase, RequestState, Snapshot, StageStatus
 from topas.policies import register
 from topas.policies.params import RESERVE_RATIO, integer, real
 from topas.policies.base import AdmissionPlan
-from topas.policies.parrot import task_fcfs_key
+from topas.policies.parrot import program_fcfs_queue
 
 
 def best_ttl_s(samples: Sequence[float], benefit_s: float, cost_rate: float,
@@ -70,6 +70,13 @@ def reload_s(snap: Snapshot, h: HeldContext) -> float:
     """Seconds to prefill the context ``h`` again if it is not held."""
     prefix = snap.prefixes[h.agent].tokens
     return snap.cost.prefill_time(h.tokens, prefix) if h.tokens > 0 else 0.0
+
+
+def mean_queue_s(snap: Snapshot) -> float:
+    """Mean time the waiting requests have waited so far (s)."""
+    now = snap.time_s
+    return (sum(now - r.ready_s for r in snap.waiting) / len(snap.waiting)
+            if snap.waiting else 0.0)
 
 
 @register("continuum", "Continuum: program-level FCFS; keep a call's KV through its tool "
@@ -115,17 +122,24 @@ class Continuum:
         self._tool_start: dict[tuple[int, str], tuple[float, tuple[str, str]]] = {}
         #: (agent, stage kind) -> observed tool durations (s), most recent last
         self.samples: dict[tuple[str, str], list[float]] = {}
+        #: the largest waiting ``seq`` observed, and the waiting requests seen by (task,
+        #: stage): with ``Snapshot.waiting_fcfs`` a decision looks only at new requests and at
+        #: those whose stage's tool start it records again (below), not at the whole queue
+        self._seen_seq = -1
+        self._seen_by_key: dict[tuple[int, str], RequestState] = {}
 
     # -- learning tool durations ----------------------------------------------------------
     def observe(self, snap: Snapshot) -> None:
         if snap.history is not self._run_id:  # identity: ids are reused after GC
             self._reset()
             self._run_id = snap.history
+        added = []
         for key, h in snap.held.items():
             if key not in self._tool_start and key[0] in snap.tasks:
                 kind = snap.tasks[key[0]].stages[key[1]].kind
                 self._tool_start[key] = (h.since_s, (h.agent, kind))
-        for r in snap.waiting:
+                added.append(key)
+        for r in self._to_observe(snap, added):
             key = (r.task_id, r.stage)
             got = self._tool_start.get(key)
             if got is None or r.round_index == 0 or r.ready_s < got[0]:
@@ -138,13 +152,44 @@ class Continuum:
         if len(self._tool_start) > 4 * max(16, len(snap.tasks)):
             self._tool_start = {k: v for k, v in self._tool_start.items() if k[0] in snap.tasks}
 
+    def _to_observe(self, snap: Snapshot, added: list[tuple[int, str]]) -> Sequence:
+        """The waiting requests whose outcome in ``observe`` can differ from the previous
+        decision's, in queue order: all of them unless the queue is in ``seq`` order
+        (``waiting_fcfs``); then the tail of new ones plus the seen ones still waiting whose
+        stage's tool start was just recorded (again: a context still held after its stage's
+        next call was observed is recorded anew), so a long queue costs nothing.  Any other
+        seen request finds the same tool start as before, or none."""
+        w = snap.waiting
+        if not snap.waiting_fcfs:
+            return w
+        seen = self._seen_seq
+        i = len(w)
+        while i > 0 and w[i - 1].seq > seen:
+            i -= 1
+        new = w[i:]
+        by_key = self._seen_by_key
+        old = []
+        for key in added:
+            r = by_key.get(key)
+            if r is not None and r.phase == Phase.WAITING and r.seq <= seen:
+                old.append(r)
+        for r in new:
+            by_key[(r.task_id, r.stage)] = r
+        if new:
+            self._seen_seq = new[-1].seq
+        if len(by_key) > 4 * len(w) + 64:
+            self._seen_by_key = {k: r for k, r in by_key.items() if r.phase == Phase.WAITING}
+        if not old:
+            return new
+        return sorted([*old, *new], key=lambda r: r.seq)
+
     # -- the TTL ----------------------------------------------------------------------------
-    def ttl_s(self, snap: Snapshot, h: HeldContext) -> float:
+    def ttl_s(self, snap: Snapshot, h: HeldContext, queue_s: float | None = None) -> float:
         """Continuum's ``tau*`` for the context ``h`` (0 means: do not pin): the benefit of
-        a hit is the reload it saves plus the queueing a re-admission would see."""
-        now = snap.time_s
-        queue_s = (sum(now - r.ready_s for r in snap.waiting) / len(snap.waiting)
-                   if snap.waiting else 0.0)
+        a hit is the reload it saves plus the queueing a re-admission would see
+        (``queue_s``, :func:`mean_queue_s`; computed here when not given)."""
+        if queue_s is None:
+            queue_s = mean_queue_s(snap)
         return self.ttl_for_benefit(snap, h, reload_s(snap, h) + queue_s)
 
     def ttl_for_benefit(self, snap: Snapshot, h: HeldContext, benefit_s: float) -> float:
@@ -173,16 +218,19 @@ class Continuum:
 
         # pins: new candidates (just finished calls) in program order, while they fit
         new_pins: dict[tuple[int, str], tuple[float, int]] = {}
+        queue_s = None  # the same for every candidate: computed once, when first needed
         for key, h in sorted(snap.held.items(), key=lambda kv: arrival(kv[0][0])):
             if h.expires_s > now:
                 continue
-            tau = self.ttl_s(snap, h)
+            if queue_s is None:
+                queue_s = mean_queue_s(snap)
+            tau = self.ttl_s(snap, h, queue_s)
             if tau > 0 and h.tokens <= plan.free and h.agent in plan.resident:
                 plan.free -= h.tokens
                 plan.needed.add(h.agent)  # a held context keeps its prefix resident
                 new_pins[key] = (now + tau + self.slack_s, h.tokens)
         running_agents = {r.agent for r in snap.running}
-        waiting_by = {r.request_id: r for r in snap.waiting}
+        admitted_agents: dict[int, str] = {}  # request id -> agent, of those admitted here
 
         def drop_new_pin(k: tuple[int, str]) -> None:
             # the memory comes back; its prefix is needed only if something else needs it
@@ -190,7 +238,7 @@ class Continuum:
             agent = snap.held[k].agent
             if agent not in running_agents and all(
                     snap.held[o].agent != agent for o in new_pins) and all(
-                    waiting_by[rid].agent != agent for rid in plan.admitted):
+                    admitted_agents[rid] != agent for rid in plan.admitted):
                 plan.needed.discard(agent)
 
         # pins that may be undone under pressure: their stage is still in its tool call
@@ -216,7 +264,8 @@ class Continuum:
                     return True
             return False
 
-        for r in sorted(snap.waiting, key=lambda q: task_fcfs_key(snap, q)):
+        for r in program_fcfs_queue(snap):
+            admitted_agents[r.request_id] = r.agent
             if plan.try_admit(r) or undo_pins_for(r, only_younger=True):
                 continue
             # work conservation: the engine would idle while pins of *older* programs keep

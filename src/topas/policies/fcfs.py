@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from topas.engine.snapshot import RequestState, Snapshot
 from topas.policies import register
-from topas.policies.base import OrderedAdmission
+from topas.policies.base import OrderedAdmission, fcfs_queue
 
 
 @register("fcfs", "first come, first served: admit ready requests in arrival order, "
@@ -15,5 +17,5 @@ class FCFS(OrderedAdmission):
 
     name = "fcfs"
 
-    def order(self, snap: Snapshot) -> list[RequestState]:
-        return sorted(snap.waiting, key=lambda r: (r.ready_s, r.seq))
+    def order(self, snap: Snapshot) -> Sequence[RequestState]:
+        return fcfs_queue(snap)

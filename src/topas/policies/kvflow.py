@@ -25,8 +25,8 @@ import math
 from topas.engine.decision import Decision
 from topas.engine.snapshot import Location, Snapshot, StageStatus
 from topas.policies import register
+from topas.policies.base import AdmissionPlan, fcfs_queue
 from topas.policies.params import RESERVE_RATIO, integer
-from topas.policies.base import AdmissionPlan
 
 _ACTIVE = (StageStatus.READY, StageStatus.RUNNING, StageStatus.TOOL)
 
@@ -100,7 +100,7 @@ class KVFlow:
     def decide(self, snap: Snapshot) -> Decision:
         ste = steps_to_execution(snap)
         plan = KVFlowPlan(snap, ste, self.reserve_ratio)
-        plan.admit_in_order(sorted(snap.waiting, key=lambda r: (r.ready_s, r.seq)))
+        plan.admit_in_order(fcfs_queue(snap))
         load: list[str] = []
         due = sorted((v, a) for a, v in ste.items() if 0 < v <= self.prefetch_steps)
         for _, a in due:

@@ -51,16 +51,20 @@ def cached_match_tokens(snap: Snapshot, r: RequestState) -> int:
     return n
 
 
-def queue_order(waiting: Sequence[RequestState]) -> list[RequestState]:
-    """The engine's waiting queue in arrival order (what SGLang's list holds before sorting)."""
+def queue_order(waiting: Sequence[RequestState],
+                in_order: bool = False) -> Sequence[RequestState]:
+    """The engine's waiting queue in arrival order (what SGLang's list holds before sorting);
+    ``in_order``: ``waiting`` already is (``Snapshot.waiting_fcfs``)."""
+    if in_order:
+        return waiting
     return sorted(waiting, key=lambda r: (r.ready_s, r.seq))
 
 
 def lpm_order(snap: Snapshot, check_threshold_tokens: int = CHECK_THRESHOLD_TOKENS,
               deprioritize_threshold_tokens: int = DEPRIORITIZE_THRESHOLD_TOKENS,
-              fcfs_above: int = FCFS_ABOVE) -> list[RequestState]:
+              fcfs_above: int = FCFS_ABOVE) -> Sequence[RequestState]:
     """Waiting requests in LPM admission order."""
-    queue = queue_order(snap.waiting)
+    queue = queue_order(snap.waiting, snap.waiting_fcfs)
     if len(queue) > fcfs_above:
         return queue
     matched = {r.request_id: cached_match_tokens(snap, r) for r in queue}
@@ -109,7 +113,7 @@ class LPM(OrderedAdmission):
         self.deprioritize_threshold_tokens = deprioritize_threshold_tokens
         self.fcfs_above = fcfs_above
 
-    def order(self, snap: Snapshot) -> list[RequestState]:
+    def order(self, snap: Snapshot) -> Sequence[RequestState]:
         return lpm_order(snap, self.check_threshold_tokens, self.deprioritize_threshold_tokens,
                          self.fcfs_above)
 

@@ -17,6 +17,8 @@ hints have no counterpart on one engine and are not modelled.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from topas.engine.snapshot import RequestState, Snapshot
 from topas.policies import register
 from topas.policies.base import OrderedAdmission
@@ -29,9 +31,17 @@ def task_fcfs_key(snap: Snapshot, r: RequestState) -> tuple[float, int, float, i
     return (arrival, r.task_id, r.ready_s, r.seq)
 
 
+def program_fcfs_queue(snap: Snapshot) -> Sequence[RequestState]:
+    """Waiting requests in :func:`task_fcfs_key` order: the engine's own index when it keeps
+    one (``Snapshot.waiting_program``), so a long queue is not sorted at every event."""
+    if snap.waiting_program is not None:
+        return snap.waiting_program
+    return sorted(snap.waiting, key=lambda r: task_fcfs_key(snap, r))
+
+
 def parrot_order(snap: Snapshot) -> list[RequestState]:
     """Task-level FCFS, each request followed by the waiting requests sharing its prefix."""
-    base = sorted(snap.waiting, key=lambda r: task_fcfs_key(snap, r))
+    base = program_fcfs_queue(snap)
     by_agent: dict[str, list[RequestState]] = {}
     for r in base:
         by_agent.setdefault(r.agent, []).append(r)

@@ -13,6 +13,8 @@ Mooncake trace into multi-turn sessions; see docs/workloads.md).
 
 from __future__ import annotations
 
+import math
+
 from topas._plugins import import_submodules
 from collections.abc import Callable
 from pathlib import Path
@@ -79,10 +81,29 @@ def get_workload(name_or_path: str) -> Workload:
                         if SCHEME_LOADERS else "") + ")")
 
 
+#: the longest arrival span (s) a rate may ask for: beyond it float64 clock values lose
+#: sub-microsecond resolution (ulp(1e9 s) ~ 1.2e-7 s), so JCTs could come out below their
+#: lower bounds from rounding alone (31.7 years of simulated time)
+MAX_ARRIVAL_SPAN_S = 1e9
+
+
+def check_rate(rate: float, n_tasks: int) -> None:
+    """Reject a rate that is not a positive finite number, or so low that ``n_tasks``
+    arrivals would span more than :data:`MAX_ARRIVAL_SPAN_S` (their times would lose
+    precision)."""
+    if not (isinstance(rate, (int, float)) and rate > 0 and math.isfinite(rate)):
+        raise ValueError(f"rate {rate!r}: must be > 0 tasks/s")
+    span = max(1, n_tasks) / rate
+    if not span <= MAX_ARRIVAL_SPAN_S:
+        raise ValueError(
+            f"rate {rate!r}: {n_tasks} arrivals would span ~{span:.3g} s, beyond "
+            f"{MAX_ARRIVAL_SPAN_S:.0e} s, where simulated times lose precision; use a rate "
+            f">= {max(1, n_tasks) / MAX_ARRIVAL_SPAN_S:.3g} tasks/s")
+
+
 def poisson_arrivals(n: int, rate: float, rng: np.random.Generator) -> np.ndarray:
     """Arrival times (s) of a Poisson process of ``rate`` tasks/s, first arrival at 0."""
-    if not rate > 0:
-        raise ValueError(f"rate {rate!r}: must be > 0 tasks/s")
+    check_rate(rate, n)
     gaps = rng.exponential(1.0 / rate, size=n)
     gaps[0] = 0.0
     return np.cumsum(gaps)

@@ -51,7 +51,6 @@ The factors come from a third generator spawned after the other two, so a file w
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -60,7 +59,7 @@ import numpy as np
 import yaml
 
 from topas.workflow.model import Agent, Call, Stage, Task, WorkflowError, agent_table, validate_task
-from topas.workloads import FILE_LOADERS, register
+from topas.workloads import FILE_LOADERS, check_rate, register
 from topas.workloads.dists import Dist, SpecError, parse_dist
 
 BUILTIN_DIR = Path(__file__).with_name("builtin")
@@ -127,8 +126,7 @@ class ArrivalSpec:
         return (len(self.times_s) - 1) / self.times_s[-1]
 
     def times(self, n: int, rate: float, rng: np.random.Generator) -> np.ndarray:
-        if not (isinstance(rate, (int, float)) and rate > 0 and math.isfinite(rate)):
-            raise ValueError(f"rate {rate!r}: must be > 0 tasks/s")
+        check_rate(rate, n)
         if self.process == "poisson":
             gaps = rng.exponential(1.0 / rate, size=n)
         elif self.process == "gamma":

@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from topas.workflow.model import Agent, Call, Stage, Task
-from topas.workloads import FILE_LOADERS
+from topas.workloads import FILE_LOADERS, check_rate
 from topas.workloads.dists import SpecError
 
 BLOCK_TOKENS = 512  #: tokens per hash block in Mooncake traces
@@ -156,8 +156,7 @@ class MooncakeWorkload:
     def tasks_of(self, n_tasks: int, rate: float) -> list[Task]:
         if n_tasks > len(self.requests):
             raise ValueError(f"tasks {n_tasks}: the trace has only {len(self.requests)} requests")
-        if not (isinstance(rate, (int, float)) and rate > 0 and math.isfinite(rate)):
-            raise ValueError(f"rate {rate!r}: must be > 0 tasks/s")
+        check_rate(rate, n_tasks)
         t0 = self.requests[0].timestamp_ms
         stretch = self.default_rate / rate  # replaying at another rate rescales time
         tasks = []
