@@ -308,8 +308,9 @@ def _react_run(policy: str, tool_s: float, **params):
                 h = s.held.get((r.task_id, r.stage))
                 held_at_return.append(h is not None and h.expires_s > s.time_s)
 
+    # the engine without its context cache: holding is then the only way to reuse a context
     res = Simulator(tasks, agents, PROFILE, make_policy(policy, seed=0, **params),
-                    on_decision=watch).run()
+                    on_decision=watch, context_cache=False).run()
     return held_at_return, res
 
 

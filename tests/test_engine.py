@@ -221,8 +221,9 @@ def test_react_stage_tool_delay_and_held_context():
                     if h.expires_s <= snap.time_s}
             return Decision(admit=d.admit, evict=d.evict, hold=hold)
 
-    _, plain = run([task], [Agent("A", P)])
-    _, held = run([task], [Agent("A", P)], policy=Holder())
+    # without the engine's context cache: only the policy's hold reuses the context
+    _, plain = run([task], [Agent("A", P)], context_cache=False)
+    _, held = run([task], [Agent("A", P)], policy=Holder(), context_cache=False)
     r0, r1 = sorted(plain.requests, key=lambda r: r.round_index)
     assert r1.ready_s == pytest.approx(r0.finished_s + 2.0)
     # second call: plain prefills 800 tokens after the prefix, held only 800-599 after 1599
@@ -241,8 +242,8 @@ def test_context_cache_keeps_an_unheld_context_until_its_room_is_needed():
     request needed that memory in between (then it is evicted and prefilled again)."""
     P = 1000
     task = Task(0, 0.0, (Stage("s", "A", (Call(500, 100, 2.0), Call(800, 50))),))
-    _, off = run([task], [Agent("A", P)])
-    _, on = run([task], [Agent("A", P)], context_cache=True)
+    _, off = run([task], [Agent("A", P)], context_cache=False)
+    _, on = run([task], [Agent("A", P)])  # the default
     t_plain = COST.prefill_time(800, P) + COST.decode_run_time(1, P + 801, 49)
     t_cached = COST.prefill_time(201, P + 599) + COST.decode_run_time(1, P + 801, 49)
     r1 = {r.round_index: r for r in off.requests}[1]

@@ -93,9 +93,10 @@ def react_run(policy: str, tool_s: float, rounds: int = 3, budget: int | None = 
                 h = s.held.get((r.task_id, r.stage))
                 held_at_return.append(h is not None and h.expires_s > s.time_s)
 
+    # without the engine's context cache, so that only holding reuses a context
     res = Simulator(tasks, agents, get_profile(DEFAULT_PROFILE),
                     make_policy(policy, seed=0, **params), on_decision=watch,
-                    kv_budget_tokens=budget).run()
+                    kv_budget_tokens=budget, context_cache=False).run()
     return held_at_return, res
 
 

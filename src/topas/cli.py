@@ -389,10 +389,10 @@ def _add_sim_args(p: argparse.ArgumentParser) -> None:
                    "(tokens)")
     p.add_argument("--no-host-tier", action="store_true", help="no host swap tier: evicted "
                    "prefixes are recomputed")
-    p.add_argument("--context-cache", action="store_true", help="keep finished calls' "
-                   "contexts in free memory until the room is needed (vLLM's automatic prefix "
-                   "caching, SGLang's radix cache); off by default: contexts are reused only "
-                   "when a policy holds them")
+    p.add_argument("--context-cache", action=argparse.BooleanOptionalAction, default=True,
+                   help="keep finished calls' contexts in free memory until the room is needed, "
+                   "as vLLM's automatic prefix caching and SGLang's radix cache do (default: "
+                   "on); --no-context-cache reuses contexts only when a policy holds them")
     p.add_argument("--param", action="append", metavar="KEY=VALUE", help="a policy "
                    "parameter, e.g. --param rho=0.5 --param redo_cost=decode (repeatable; "
                    "`topas list --params POLICY` lists them)")

@@ -113,14 +113,14 @@ class Job:
     seed: int
     n_tasks: int
     #: the engine keeps unheld contexts of finished calls in free memory (vLLM APC / SGLang
-    #: radix cache semantics)
-    context_cache: bool = False
+    #: radix cache semantics; the engine's default, as in both real engines)
+    context_cache: bool = True
     #: policy parameters, as sorted ``(name, value)`` pairs
     params: tuple[tuple[str, object], ...] = ()
 
     def key(self, version: str) -> str:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.workload)
-        extra = "__cc" if self.context_cache else ""
+        extra = "" if self.context_cache else "__nocc"
         if self.params:
             extra += "__p" + hashlib.sha256(repr(self.params).encode()).hexdigest()[:10]
         return (f"{safe}__{self.policy}__r{self.rate:g}__s{self.seed}__n{self.n_tasks}"
@@ -130,8 +130,8 @@ class Job:
         """The single-run CLI command that makes the same numbers."""
         cmd = (f"topas run --workload {self.workload} --policy {self.policy} "
                f"--rate {self.rate:g} --tasks {self.n_tasks} --seed {self.seed}")
-        if self.context_cache:
-            cmd += " --context-cache"
+        if not self.context_cache:
+            cmd += " --no-context-cache"
         for k, v in self.params:
             cmd += f" --param {k}={v}"
         return cmd

@@ -14,7 +14,7 @@ Model (see docs/engine.md for the full semantics):
   B_swap``, one transfer at a time) when a host copy exists, else by recomputing it with
   prefill.  A swap-in keeps the host copy, so evicting an unchanged prefix later is free;
   evicting one without a host copy frees its memory at once and queues a swap-out.
-* **Context cache** (``context_cache=True``): like vLLM's automatic prefix caching and
+* **Context cache** (``context_cache=True``, the default; ``False`` keeps the older engine): like vLLM's automatic prefix caching and
   SGLang's radix cache, the KV of a finished call that nobody holds stays cached in *free*
   memory: it takes no budget, the engine evicts such contexts least recently finished first
   whenever an allocation needs the room, and a context is lost with its agent's prefix (hash
@@ -191,7 +191,7 @@ class Simulator:
                  kv_budget_tokens: int | None = None,
                  on_decision: Callable[[Snapshot, Decision], None] | None = None,
                  record_timeline: bool = False, progress: Callable[[int], None] | None = None,
-                 context_cache: bool = False) -> None:
+                 context_cache: bool = True) -> None:
         self.profile = profile
         self.cost: CostModel = profile.cost_model()
         budget = kv_budget_tokens if kv_budget_tokens is not None else profile.kv_budget_tokens

@@ -50,8 +50,9 @@ def render_paired(rep, img: dict[str, str]) -> list[str]:
     L.append(
         f"Every policy runs the same seeds {seeds[0]}-{seeds[-1]} ({len(seeds)} seeds, never "
         "used for tuning) at each workload's busy rate (1.25x its default rate), with the "
-        "engine's context cache off (contexts are reused only when a policy holds them) and "
-        "on (vLLM APC / SGLang radix semantics: unheld contexts stay in free memory). The best "
+        "engine's context cache on (the default, vLLM APC / SGLang radix semantics: unheld "
+        "contexts stay in free memory) and off (contexts are reused only when a policy holds "
+        "them). The best "
         "baseline is the one with the lowest mean JCT over the seeds; the cell is the mean "
         "per-seed relative difference `(policy - best) / best` with its 95 % t-interval "
         "(negative: faster than the best baseline). A verdict of *win* / *loss* means the "
@@ -85,7 +86,7 @@ def render_paired(rep, img: dict[str, str]) -> list[str]:
 
     L += [table(hdr, trs), ""]
     L.append(f"Made by `{rep.command}`; one cell: `topas run --workload W --policy P --rate R "
-             "--tasks N --seed S` (add `--context-cache` for cache on). The same table from "
+             "--tasks N --seed S` (add `--no-context-cache` for cache off). The same table from "
              "the cache alone: `python benchmarks/paired.py --seeds 3-12 --cache-dir docs/cache "
              "--also topas-paper`.")
     L.append("")
@@ -136,7 +137,7 @@ def render_departures(rep) -> list[str]:
 
     L += [table(["workload", *[f"without {d}" for d in DEPARTURES]], trs), ""]
     L.append(f"Made by `{rep.command}`; one cell: `topas run --workload W --policy topas "
-             "--param off=NAME --context-cache --rate R --tasks N --seed S`.")
+             "--param off=NAME --rate R --tasks N --seed S`.")
     L.append("")
     return L
 

@@ -299,7 +299,8 @@ def drive(tasks: Sequence[Task], agents: dict[str, Agent], backend: _Backend, *,
             decision_s = [st["decision_s"] / st["decisions"]] * st["decisions"]
     cost = profile.cost_model() if profile is not None else None
     trecs = [TaskRecord(t.task_id, t.workflow, t.arrival_s, task_finish[t.task_id],
-                        task_lower_bound(t, agents, cost) if cost is not None else 0.0,
+                        task_lower_bound(t, agents, cost, profile.prefill_chunk_tokens,
+                                         profile.block_size) if cost is not None else 0.0,
                         nreq[t.task_id]) for t in tasks]
     makespan = max(task_finish.values(), default=0.0)
     return SimResult(policy=policy, profile=label, seed=seed, tasks=trecs, requests=records,
