@@ -50,9 +50,11 @@ QUICK_SEEDS: tuple[int, ...] = (3,)
 #: the paired comparison (topas vs every baseline): ten untuned seeds, both cache settings
 PAIRED_SEEDS: tuple[int, ...] = tuple(range(3, 13))
 QUICK_PAIRED_SEEDS: tuple[int, ...] = (3, 4)
-#: the built-in agent topologies beyond the paper's five, and their task counts there
+#: the built-in agent topologies beyond the paper's five (the two ``-hard`` ones with a
+#: per-task hardness factor: work correlated across a task's stages), and their task counts
 OTHER_WORKLOADS: tuple[str, ...] = ("react", "mapreduce", "debate", "plan-execute",
-                                    "supervisor", "groupchat")
+                                    "supervisor", "groupchat", "mapreduce-hard",
+                                    "plan-execute-hard")
 OTHER_TASKS_FULL, OTHER_TASKS_QUICK, OTHER_BUSY = 80, 24, 1.25
 #: the rates the paper states (task/s): the TL ablation and the SOP overhead measurement
 PAPER_ABLATION = ("metagpt-tl", 0.0175)
