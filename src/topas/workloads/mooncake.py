@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,22 +58,21 @@ class TraceRequest:
     hash_ids: tuple[int, ...]
 
 
-def _int_field(v: object, name: str, where: str, minimum: int) -> int:
+def int_field(v: object, name: str, where: str, minimum: int) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
         raise SpecError(f"{where}: field {name!r} must be an integer >= {minimum}, got {v!r}")
     return v
 
 
-def read_mooncake(path: str | Path) -> list[TraceRequest]:
-    """Every request of a Mooncake JSONL trace, in file order; a malformed line raises
-    :class:`SpecError` naming the file, the line number and the problem."""
+def json_objects(path: str | Path) -> Iterator[tuple[int, str, dict]]:
+    """``(line number, "FILE line N", object)`` for every non-empty line of a JSONL file;
+    a missing file, a directory, a line that is not a JSON object (binary files included)
+    raises :class:`SpecError` naming the file and line."""
     p = Path(path)
     if not p.exists():
         raise SpecError(f"{p}: does not exist")
     if not p.is_file():
         raise SpecError(f"{p}: is not a file")
-    out: list[TraceRequest] = []
-    last_ts = -math.inf
     # undecodable bytes become U+FFFD: a binary file fails as invalid JSON on a named line
     with p.open(encoding="utf-8", errors="replace") as f:
         for ln, line in enumerate(f, 1):
@@ -87,29 +87,38 @@ def read_mooncake(path: str | Path) -> list[TraceRequest]:
                 raise SpecError(f"{where}: nested too deeply") from None
             if not isinstance(d, dict):
                 raise SpecError(f"{where}: must be a JSON object, got {type(d).__name__}")
-            for k in ("timestamp", "input_length", "output_length", "hash_ids"):
-                if k not in d:
-                    raise SpecError(f"{where}: field {k!r} is missing")
-            ts = d["timestamp"]
-            if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not ts >= 0:
-                raise SpecError(f"{where}: field 'timestamp' must be a number >= 0 (ms), "
-                                f"got {ts!r}")
-            if ts < last_ts:
-                raise SpecError(f"{where}: field 'timestamp' goes back in time "
-                                f"({ts} < {last_ts})")
-            last_ts = ts
-            n_in = _int_field(d["input_length"], "input_length", where, 1)
-            n_out = _int_field(d["output_length"], "output_length", where, 1)
-            ids = d["hash_ids"]
-            if not isinstance(ids, list) or not all(
-                    isinstance(x, int) and not isinstance(x, bool) for x in ids):
-                raise SpecError(f"{where}: field 'hash_ids' must be a list of integers")
-            if len(ids) > -(-n_in // BLOCK_TOKENS):
-                raise SpecError(f"{where}: field 'hash_ids' has {len(ids)} blocks, more than "
-                                f"the {n_in} input tokens fill at {BLOCK_TOKENS} per block")
-            out.append(TraceRequest(ln, float(ts), n_in, n_out, tuple(ids)))
+            yield ln, where, d
+
+
+def read_mooncake(path: str | Path) -> list[TraceRequest]:
+    """Every request of a Mooncake JSONL trace, in file order; a malformed line raises
+    :class:`SpecError` naming the file, the line number and the problem."""
+    out: list[TraceRequest] = []
+    last_ts = -math.inf
+    for ln, where, d in json_objects(path):
+        for k in ("timestamp", "input_length", "output_length", "hash_ids"):
+            if k not in d:
+                raise SpecError(f"{where}: field {k!r} is missing")
+        ts = d["timestamp"]
+        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not ts >= 0:
+            raise SpecError(f"{where}: field 'timestamp' must be a number >= 0 (ms), "
+                            f"got {ts!r}")
+        if ts < last_ts:
+            raise SpecError(f"{where}: field 'timestamp' goes back in time "
+                            f"({ts} < {last_ts})")
+        last_ts = ts
+        n_in = int_field(d["input_length"], "input_length", where, 1)
+        n_out = int_field(d["output_length"], "output_length", where, 1)
+        ids = d["hash_ids"]
+        if not isinstance(ids, list) or not all(
+                isinstance(x, int) and not isinstance(x, bool) for x in ids):
+            raise SpecError(f"{where}: field 'hash_ids' must be a list of integers")
+        if len(ids) > -(-n_in // BLOCK_TOKENS):
+            raise SpecError(f"{where}: field 'hash_ids' has {len(ids)} blocks, more than "
+                            f"the {n_in} input tokens fill at {BLOCK_TOKENS} per block")
+        out.append(TraceRequest(ln, float(ts), n_in, n_out, tuple(ids)))
     if not out:
-        raise SpecError(f"{p}: has no requests")
+        raise SpecError(f"{Path(path)}: has no requests")
     return out
 
 
@@ -137,6 +146,32 @@ def shared_chains(reqs: list[TraceRequest]) -> list[int]:
             k += 1
         depth.append(k)
     return depth
+
+
+def prefix_groups(reqs: list[TraceRequest], shortest: list[int]
+                  ) -> tuple[dict[str, int], list[str]]:
+    """Agents (shared prefixes) of ``reqs`` by the hash-chain rule (:func:`shared_chains`):
+    ``(prefix tokens per agent name, agent name per request)``.  A prefix is capped one
+    token below the shortest prompt that uses it (``shortest[i]``: request ``i``'s, or its
+    session's shortest), so every call keeps a dynamic prompt."""
+    prefix: dict[str, int] = {UNSHARED: 0}
+    chain_name: dict[tuple[int, ...], str] = {}
+    agent_of: list[str] = []
+    for r, k, low in zip(reqs, shared_chains(reqs), shortest):
+        if k == 0:
+            agent_of.append(UNSHARED)
+            continue
+        chain = r.hash_ids[:k]
+        name = chain_name.get(chain)
+        if name is None:
+            name = f"hash:{chain[0]}..{chain[-1]}/{k}"
+            if name in prefix:  # two chains with equal ends and length: keep names unique
+                name = f"{name}#{len(chain_name)}"
+            chain_name[chain] = name
+            prefix[name] = BLOCK_TOKENS * k
+        prefix[name] = min(prefix[name], low - 1)
+        agent_of.append(name)
+    return prefix, agent_of
 
 
 @dataclass(frozen=True)
@@ -184,24 +219,7 @@ def load_mooncake(path: str | Path, max_context_tokens: int | None = 32_768,
             or r.input_length + r.output_length <= max_context_tokens]
     if not reqs:
         raise SpecError(f"{p}: no request fits max_context_tokens={max_context_tokens}")
-    depth = shared_chains(reqs)
-    prefix: dict[str, int] = {UNSHARED: 0}
-    chain_name: dict[tuple[int, ...], str] = {}
-    agent_of: list[str] = []
-    for r, k in zip(reqs, depth):
-        if k == 0:
-            agent_of.append(UNSHARED)
-            continue
-        chain = r.hash_ids[:k]
-        name = chain_name.get(chain)
-        if name is None:
-            name = f"hash:{chain[0]}..{chain[-1]}/{k}"
-            if name in prefix:  # two chains with equal ends and length: keep names unique
-                name = f"{name}#{len(chain_name)}"
-            chain_name[chain] = name
-            prefix[name] = BLOCK_TOKENS * k
-        prefix[name] = min(prefix[name], r.input_length - 1)
-        agent_of.append(name)
+    prefix, agent_of = prefix_groups(reqs, [r.input_length for r in reqs])
     used = dict.fromkeys(agent_of)
     agents = tuple(Agent(a, prefix[a]) for a in used)
     span_s = (reqs[-1].timestamp_ms - reqs[0].timestamp_ms) / 1000.0

@@ -58,10 +58,12 @@ from pathlib import Path
 import numpy as np
 
 from topas.workflow.model import Agent, Call, Stage, Task
-from topas.workloads import FILE_LOADERS, SCHEME_LOADERS, poisson_arrivals, register
+from topas.workloads import (FILE_LOADERS, SCHEME_LOADERS, check_rate, poisson_arrivals,
+                             register)
 from topas.workloads.dists import SpecError
 from topas.workloads.mooncake import (
-    BLOCK_TOKENS, UNSHARED, TraceRequest, load_mooncake, read_mooncake, shared_chains,
+    BLOCK_TOKENS, TraceRequest, int_field, json_objects, load_mooncake, prefix_groups,
+    read_mooncake,
 )
 
 #: a session continues only from a latest round with at least this many complete blocks
@@ -145,8 +147,7 @@ class SessionWorkload:
         if n_tasks > len(self.sessions):
             raise ValueError(f"tasks {n_tasks}: the trace has only {len(self.sessions)} "
                              f"sessions")
-        if not (isinstance(rate, (int, float)) and rate > 0 and math.isfinite(rate)):
-            raise ValueError(f"rate {rate!r}: must be > 0 tasks/s")
+        check_rate(rate, n_tasks)
         if self.timed:
             t0 = self.sessions[0].arrival_s
             stretch = self.default_rate / rate
@@ -179,25 +180,8 @@ def load_mooncake_sessions(path: str | Path, max_context_tokens: int | None = 32
         raise SpecError(f"{p}: no request fits max_context_tokens={max_context_tokens}")
     groups = group_sessions(reqs, min_blocks)
     firsts = [reqs[g[0]] for g in groups]
-    depth = shared_chains(firsts)
-    prefix: dict[str, int] = {UNSHARED: 0}
-    chain_name: dict[tuple[int, ...], str] = {}
-    agent_of: list[str] = []
-    for g, first, k in zip(groups, firsts, depth):
-        shortest = min(reqs[j].input_length for j in g)
-        if k == 0:
-            agent_of.append(UNSHARED)
-            continue
-        chain = first.hash_ids[:k]
-        name = chain_name.get(chain)
-        if name is None:
-            name = f"hash:{chain[0]}..{chain[-1]}/{k}"
-            if name in prefix:
-                name = f"{name}#{len(chain_name)}"
-            chain_name[chain] = name
-            prefix[name] = BLOCK_TOKENS * k
-        prefix[name] = min(prefix[name], shortest - 1)
-        agent_of.append(name)
+    prefix, agent_of = prefix_groups(firsts, [min(reqs[j].input_length for j in g)
+                                              for g in groups])
     specs = []
     for g, agent in zip(groups, agent_of):
         rs = [reqs[j] for j in g]
@@ -228,10 +212,7 @@ _AT_OPT = ("tool_latency_s", "agent", "round", "timestamp")
 
 
 def _int(d: dict, k: str, where: str, minimum: int) -> int:
-    v = d[k]
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise SpecError(f"{where}: field {k!r} must be an integer >= {minimum}, got {v!r}")
-    return v
+    return int_field(d[k], k, where, minimum)
 
 
 def _num(d: dict, k: str, where: str) -> float:
@@ -245,43 +226,31 @@ def read_agent_trace(path: str | Path) -> dict[str, list[dict]]:
     """Rounds per session (in first-appearance order of sessions, rounds in order), each a
     dict of the validated fields plus ``line``; errors name the file, line and field."""
     p = Path(path)
-    if not p.exists():
-        raise SpecError(f"{p}: does not exist")
     out: dict[str, list[dict]] = {}
-    with p.open() as f:
-        for ln, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{p} line {ln}"
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise SpecError(f"{where}: not valid JSON ({e.msg})") from None
-            if not isinstance(d, dict):
-                raise SpecError(f"{where}: must be a JSON object, got {type(d).__name__}")
-            for k in _AT_REQ:
-                if k not in d:
-                    raise SpecError(f"{where}: field {k!r} is missing")
-            extra = sorted(k for k in d if k not in _AT_REQ + _AT_OPT)
-            if extra:
-                raise SpecError(f"{where}: unknown field(s) {extra} (known: "
-                                f"{sorted(_AT_REQ + _AT_OPT)})")
-            sid = d["session_id"]
-            if isinstance(sid, bool) or not isinstance(sid, (str, int)) or sid == "":
-                raise SpecError(f"{where}: field 'session_id' must be a string or an integer, "
-                                f"got {sid!r}")
-            agent = d.get("agent", "agent")
-            if not isinstance(agent, str) or not agent:
-                raise SpecError(f"{where}: field 'agent' must be a non-empty string, "
-                                f"got {agent!r}")
-            rec = {"line": ln, "agent": agent,
-                   "prefix": _int(d, "prefix_tokens", where, 0),
-                   "appended": _int(d, "appended_tokens", where, 1),
-                   "output": _int(d, "output_tokens", where, 1),
-                   "tool": _num(d, "tool_latency_s", where) if "tool_latency_s" in d else 0.0,
-                   "round": _int(d, "round", where, 0) if "round" in d else None,
-                   "timestamp": _num(d, "timestamp", where) if "timestamp" in d else None}
-            out.setdefault(str(sid), []).append(rec)
+    for ln, where, d in json_objects(p):
+        for k in _AT_REQ:
+            if k not in d:
+                raise SpecError(f"{where}: field {k!r} is missing")
+        extra = sorted(k for k in d if k not in _AT_REQ + _AT_OPT)
+        if extra:
+            raise SpecError(f"{where}: unknown field(s) {extra} (known: "
+                            f"{sorted(_AT_REQ + _AT_OPT)})")
+        sid = d["session_id"]
+        if isinstance(sid, bool) or not isinstance(sid, (str, int)) or sid == "":
+            raise SpecError(f"{where}: field 'session_id' must be a string or an integer, "
+                            f"got {sid!r}")
+        agent = d.get("agent", "agent")
+        if not isinstance(agent, str) or not agent:
+            raise SpecError(f"{where}: field 'agent' must be a non-empty string, "
+                            f"got {agent!r}")
+        rec = {"line": ln, "agent": agent,
+               "prefix": _int(d, "prefix_tokens", where, 0),
+               "appended": _int(d, "appended_tokens", where, 1),
+               "output": _int(d, "output_tokens", where, 1),
+               "tool": _num(d, "tool_latency_s", where) if "tool_latency_s" in d else 0.0,
+               "round": _int(d, "round", where, 0) if "round" in d else None,
+               "timestamp": _num(d, "timestamp", where) if "timestamp" in d else None}
+        out.setdefault(str(sid), []).append(rec)
     if not out:
         raise SpecError(f"{p}: has no rounds")
     for sid, rounds in out.items():
