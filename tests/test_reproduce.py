@@ -11,6 +11,8 @@ import pytest
 
 from topas import reproduce as R
 from topas.metrics import report as rep
+from topas.reproduce import cli as RC
+from topas.reproduce import runner as RR
 
 
 # -- arithmetic on hand-made numbers --------------------------------------------------------
@@ -165,10 +167,10 @@ def test_end_to_end_tiny_writes_report_atomically_and_resumes(tmp_path, monkeypa
     monkeypatch.setattr(summary_mod.os, "replace", spy)
 
     # other engineers may edit sources while this runs: pin the code version
-    monkeypatch.setattr(R, "code_version", lambda: "v1")
+    monkeypatch.setattr(RR, "code_version", lambda: "v1")
     cfg = R.Config(**TINY)
     out = tmp_path / "rep"
-    res, files = rep.reproduce(cfg, out, jobs=1, progress=False, command="topas reproduce t")
+    res, files = RC.reproduce(cfg, out, jobs=1, progress=False, command="topas reproduce t")
     md = (out / "results.md").read_text()
     html_text = (out / "results.html").read_text()
     for needle in ("## Main table", "topas vs best baseline (ours)", "-27.5%",
@@ -202,17 +204,17 @@ def test_end_to_end_tiny_writes_report_atomically_and_resumes(tmp_path, monkeypa
     def boom(job):
         raise AssertionError(f"re-ran {job}")
 
-    monkeypatch.setattr(R, "run_job", boom)
-    res2, _ = rep.reproduce(cfg, out, jobs=1, progress=False, command="topas reproduce t")
+    monkeypatch.setattr(RR, "run_job", boom)
+    res2, _ = RC.reproduce(cfg, out, jobs=1, progress=False, command="topas reproduce t")
     assert set(res2.results) == set(res.results)
     # report-only rebuilds from the cache of the last computing run, even after a code change
-    monkeypatch.setattr(R, "code_version", lambda: "changed")
-    res3, _ = rep.reproduce(cfg, out, jobs=1, progress=False, command="topas reproduce t",
+    monkeypatch.setattr(RR, "code_version", lambda: "changed")
+    res3, _ = RC.reproduce(cfg, out, jobs=1, progress=False, command="topas reproduce t",
                             report_only=True)
     assert res3.version == res.version and set(res3.results) == set(res.results)
     assert f"code version `{res.version}`" in (out / "results.md").read_text()
     with pytest.raises(ValueError, match="no cached run that computed"):
-        rep.reproduce(cfg, tmp_path / "empty", jobs=1, progress=False, report_only=True)
+        RC.reproduce(cfg, tmp_path / "empty", jobs=1, progress=False, report_only=True)
 
 
 def test_missing_cache_entry_is_rerun(tmp_path):

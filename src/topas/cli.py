@@ -424,10 +424,10 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--rate", type=float_arg(0.0), default=None)
     q.add_argument("--json", action="store_true")
     q.set_defaults(fn=cmd_workloads_show)
-    try:  # optional commands: report and the vLLM integration register themselves
-        from topas.metrics import report
+    try:  # optional commands: reproduce and the vLLM integration register themselves
+        from topas.reproduce import cli as rcli
 
-        report.add_arguments(sub)
+        rcli.add_arguments(sub)
     except ImportError:
         pass
     try:
