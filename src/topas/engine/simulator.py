@@ -58,17 +58,12 @@ from topas.engine.snapshot import (
     StageStatus,
     TaskState,
 )
-from topas.workflow.model import Agent, Task, validate_fits, validate_task
+from topas.workflow.model import MAX_TIME_S, Agent, Task, validate_fits, validate_task
 
 # event kinds (heap entries are (time, seq, kind, payload))
 _ARRIVAL, _TOOL, _SWAP_IN, _SWAP_OUT, _HOLD = range(5)
 _EVENT_NAMES = {_ARRIVAL: "arrival", _TOOL: "tool", _SWAP_IN: "swap-in", _SWAP_OUT: "swap-out",
                 _HOLD: "hold-expiry"}
-
-#: arrival times beyond this lose sub-microsecond resolution in float64 (ulp ~1.2e-7 s), so
-#: JCTs could fall below their lower bounds by rounding (= topas.workloads.MAX_ARRIVAL_SPAN_S)
-_MAX_TIME_S = 1e9
-
 
 class PolicyStalled(RuntimeError):
     """The engine is idle, requests wait, nothing else can happen, and the policy admits none."""
@@ -211,9 +206,9 @@ class Simulator:
         self.agents = dict(agents)
         for t in tasks:
             validate_task(t, self.agents)  # (a non-finite arrival time is a WorkflowError)
-            if not abs(t.arrival_s) <= _MAX_TIME_S:
+            if not abs(t.arrival_s) <= MAX_TIME_S:
                 raise ValueError(f"task {t.task_id}: arrival time {t.arrival_s!r} s is beyond "
-                                 f"{_MAX_TIME_S:.0e} s, where simulated times lose precision "
+                                 f"{MAX_TIME_S:.0e} s, where simulated times lose precision "
                                  "(a rate too low?)")
             validate_fits(t, self.agents, budget, self.config.block_size)
         self.tasks_in = sorted(tasks, key=lambda t: (t.arrival_s, t.task_id))
@@ -280,9 +275,14 @@ class Simulator:
         b = self.config.block_size
         return tokens if b <= 1 else -(-tokens // b) * b
 
+    def _wprog_key(self, r: RequestState) -> tuple[float, int, float, int]:
+        """A waiting request's place in program-level FCFS order (task arrival, task id,
+        ready time, seq: ``policies.parrot.task_fcfs_key``, which the engine cannot import)."""
+        return (self.tasks[r.task_id].arrival_s, r.task_id, r.ready_s, r.seq)
+
     def _wprog_add(self, r: RequestState) -> None:
         keys = self._wprog_keys
-        k = (self.tasks[r.task_id].arrival_s, r.task_id, r.ready_s, r.seq)
+        k = self._wprog_key(r)
         if not keys or keys[-1] < k:
             keys.append(k)
             self._wprog.append(r)
@@ -497,8 +497,7 @@ class Simulator:
             j.req.credit_s = float(c)
         for rid in d.admit:
             r = self._wreq.pop(rid)
-            i = bisect_left(self._wprog_keys,
-                            (self.tasks[r.task_id].arrival_s, r.task_id, r.ready_s, r.seq))
+            i = bisect_left(self._wprog_keys, self._wprog_key(r))
             del self._wprog_keys[i]
             del self._wprog[i]
             self._admit(self.waiting.pop(rid))

@@ -230,7 +230,8 @@ class Continuum:
                 plan.needed.add(h.agent)  # a held context keeps its prefix resident
                 new_pins[key] = (now + tau + self.slack_s, h.tokens)
         running_agents = {r.agent for r in snap.running}
-        admitted_agents: dict[int, str] = {}  # request id -> agent, of those admitted here
+        # request id -> agent of every request considered below (read for those admitted)
+        admitted_agents: dict[int, str] = {}
 
         def drop_new_pin(k: tuple[int, str]) -> None:
             # the memory comes back; its prefix is needed only if something else needs it

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from topas.engine.snapshot import Location, RequestState, Snapshot
 from topas.policies import register
-from topas.policies.base import OrderedAdmission
-from topas.policies.lpm import queue_order
+from topas.policies.base import OrderedAdmission, fcfs_queue
 
 
 def dfs_weight_order(snap: Snapshot) -> list[RequestState]:
@@ -29,7 +28,7 @@ def dfs_weight_order(snap: Snapshot) -> list[RequestState]:
     # agent node -> (its own requests, {context node key -> requests})
     agent_own: dict[str, list[RequestState]] = {}
     agent_ctx: dict[str, dict[tuple[int, str], list[RequestState]]] = {}
-    for r in queue_order(snap.waiting):
+    for r in fcfs_queue(snap):
         if snap.prefixes[r.agent].location != Location.DEVICE:
             root.append(r)
             continue

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from topas.engine.snapshot import Location, RequestState, Snapshot
 from topas.policies import register
-from topas.policies.base import OrderedAdmission
+from topas.policies.base import OrderedAdmission, fcfs_queue
 from topas.policies.params import integer
 
 #: SGLang's IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD (tokens)
@@ -51,20 +51,11 @@ def cached_match_tokens(snap: Snapshot, r: RequestState) -> int:
     return n
 
 
-def queue_order(waiting: Sequence[RequestState],
-                in_order: bool = False) -> Sequence[RequestState]:
-    """The engine's waiting queue in arrival order (what SGLang's list holds before sorting);
-    ``in_order``: ``waiting`` already is (``Snapshot.waiting_fcfs``)."""
-    if in_order:
-        return waiting
-    return sorted(waiting, key=lambda r: (r.ready_s, r.seq))
-
-
 def lpm_order(snap: Snapshot, check_threshold_tokens: int = CHECK_THRESHOLD_TOKENS,
               deprioritize_threshold_tokens: int = DEPRIORITIZE_THRESHOLD_TOKENS,
               fcfs_above: int = FCFS_ABOVE) -> Sequence[RequestState]:
     """Waiting requests in LPM admission order."""
-    queue = queue_order(snap.waiting, snap.waiting_fcfs)
+    queue = fcfs_queue(snap)  # the engine's queue, as SGLang's list holds it before sorting
     if len(queue) > fcfs_above:
         return queue
     matched = {r.request_id: cached_match_tokens(snap, r) for r in queue}

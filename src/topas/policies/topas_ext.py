@@ -272,11 +272,9 @@ def flagship_params(off: tuple[str, ...] = ()) -> dict:
           "prefix-group packing by gain per KV token, head-of-line blocking",
           source="TOPAS (arXiv 2608.25523) + our departures (docs/topas.md)")
 def _topas(seed: int = 0, **params) -> TopasHold:
+    # ``params`` come checked and converted by make_policy (``off``: a tuple of departures)
     off = params.pop("off", ())
-    if isinstance(off, str):
-        off = tuple(x for x in off.split("+") if x)
-    return TopasHold(seed=seed, name=params.pop("name", "topas"),
-                     **{**flagship_params(tuple(off)), **params})
+    return TopasHold(seed=seed, name="topas", **{**flagship_params(off), **params})
 
 
 #: the flagship's defaults are the departures; ``off`` reverts some of them

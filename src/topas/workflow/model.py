@@ -25,6 +25,13 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+#: the latest simulated time (s) a run may reach: beyond it float64 clock values lose
+#: sub-microsecond resolution (ulp(1e9 s) ~ 1.2e-7 s), so JCTs could come out below their
+#: lower bounds from rounding alone (31.7 years of simulated time).  Arrival processes
+#: reject rates that would reach it (``topas.workloads.check_rate``), the simulator arrival
+#: times beyond it.
+MAX_TIME_S = 1e9
+
 
 class WorkflowError(ValueError):
     """Invalid workflow input; the message is one line and names the input."""

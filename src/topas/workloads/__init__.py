@@ -22,7 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
-from topas.workflow.model import Agent, Task
+from topas.workflow.model import MAX_TIME_S, Agent, Task
 
 
 class Workload(Protocol):
@@ -81,10 +81,9 @@ def get_workload(name_or_path: str) -> Workload:
                         if SCHEME_LOADERS else "") + ")")
 
 
-#: the longest arrival span (s) a rate may ask for: beyond it float64 clock values lose
-#: sub-microsecond resolution (ulp(1e9 s) ~ 1.2e-7 s), so JCTs could come out below their
-#: lower bounds from rounding alone (31.7 years of simulated time)
-MAX_ARRIVAL_SPAN_S = 1e9
+#: the longest arrival span (s) a rate may ask for: the simulator's clock limit
+#: (:data:`topas.workflow.model.MAX_TIME_S`)
+MAX_ARRIVAL_SPAN_S = MAX_TIME_S
 
 
 def check_rate(rate: float, n_tasks: int) -> None:
