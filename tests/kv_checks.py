@@ -24,3 +24,22 @@ def assert_kv_accounted(s: Snapshot) -> None:
     for a, p in s.prefixes.items():
         assert p.users == users.get(a, 0), (s.time_s, a, p.users, users.get(a, 0))
         assert p.users == 0 or p.location == Location.DEVICE, (s.time_s, a, p.location)
+    assert_queue_indices(s)
+
+
+def assert_queue_indices(s: Snapshot) -> None:
+    """The queue indices an engine may supply agree with ``waiting`` itself: FCFS order,
+    program order, and the sum of ready times (Continuum's mean queueing time)."""
+    if s.waiting_fcfs:
+        keys = [(r.ready_s, r.seq) for r in s.waiting]
+        assert keys == sorted(keys), s.time_s
+    if s.waiting_program is not None:
+        assert sorted(r.request_id for r in s.waiting_program) == sorted(
+            r.request_id for r in s.waiting), s.time_s
+        pk = [(s.tasks[r.task_id].arrival_s, r.task_id, r.ready_s, r.seq)
+              for r in s.waiting_program]
+        assert pk == sorted(pk), s.time_s
+    if s.waiting_ready_sum_s is not None:
+        exact = sum(r.ready_s for r in s.waiting)
+        assert abs(s.waiting_ready_sum_s - exact) <= 1e-9 * max(1.0, abs(exact)), (
+            s.time_s, s.waiting_ready_sum_s, exact)

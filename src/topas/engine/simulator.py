@@ -236,6 +236,8 @@ class Simulator:
         self._wprog_keys: list[tuple[float, int, float, int]] = []
         self._wprog: list[RequestState] = []
         self._waiting_sorted = True
+        #: sum of the waiting requests' ready times (Snapshot.waiting_ready_sum_s)
+        self._wready_sum = 0.0
         self.prefix_jobs: dict[str, _PrefixJob] = {}
         self.tasks: dict[int, TaskState] = {}
         self._truth: dict[int, Task] = {}
@@ -349,6 +351,7 @@ class Simulator:
         job = _Job(req, call.output_tokens, call.tool_delay_s, round_index == len(spec.calls) - 1)
         self.waiting[req.request_id] = job
         self._wreq[req.request_id] = req
+        self._wready_sum += req.ready_s
         self._wprog_add(req)
 
     # ------------------------------------------------------------------ snapshot & decision
@@ -362,7 +365,7 @@ class Simulator:
             cost=self.cost, used_kv_tokens=self.used_kv, prefixes=self.prefixes,
             running=tuple(j.req for j in self.running.values()),
             waiting=tuple(self._wreq.values()), waiting_fcfs=True,
-            waiting_program=tuple(self._wprog),
+            waiting_program=tuple(self._wprog), waiting_ready_sum_s=self._wready_sum,
             tasks=self.tasks, held=dict(self.held), history=self.history,
             host_used_tokens=self.host_used,
         )
@@ -497,6 +500,7 @@ class Simulator:
             j.req.credit_s = float(c)
         for rid in d.admit:
             r = self._wreq.pop(rid)
+            self._wready_sum = self._wready_sum - r.ready_s if self._wreq else 0.0
             i = bisect_left(self._wprog_keys, self._wprog_key(r))
             del self._wprog_keys[i]
             del self._wprog[i]
@@ -665,6 +669,7 @@ class Simulator:
         r.first_token_s = r.first_token_s if self.config.preemption == "vllm" else None
         self.waiting[r.request_id] = job
         self._wreq[r.request_id] = r
+        self._wready_sum += r.ready_s
         self._wprog_add(r)
         self._waiting_sorted = False
         ts = self.tasks[r.task_id]

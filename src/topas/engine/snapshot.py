@@ -232,6 +232,9 @@ class Snapshot:
     #: when the engine keeps it (the simulator does): ``waiting`` in program-level FCFS
     #: order, by (task arrival, task id, ready time, seq) (``policies.parrot.task_fcfs_key``)
     waiting_program: Sequence[RequestState] | None = None
+    #: when the engine keeps it (the simulator does): the sum of ``ready_s`` over ``waiting``
+    #: (s), so the mean time the queue has waited costs O(1) on a long queue
+    waiting_ready_sum_s: float | None = None
 
     @property
     def kv_budget_tokens(self) -> int:

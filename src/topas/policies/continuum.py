@@ -74,9 +74,13 @@ def reload_s(snap: Snapshot, h: HeldContext) -> float:
 
 def mean_queue_s(snap: Snapshot) -> float:
     """Mean time the waiting requests have waited so far (s)."""
+    n = len(snap.waiting)
+    if not n:
+        return 0.0
+    if snap.waiting_ready_sum_s is not None:
+        return max(0.0, snap.time_s - snap.waiting_ready_sum_s / n)
     now = snap.time_s
-    return (sum(now - r.ready_s for r in snap.waiting) / len(snap.waiting)
-            if snap.waiting else 0.0)
+    return sum(now - r.ready_s for r in snap.waiting) / n
 
 
 @register("continuum", "Continuum: program-level FCFS; keep a call's KV through its tool "
