@@ -57,7 +57,9 @@ def reproduce(cfg, out_dir: Path, jobs: int | None = None, progress: bool = True
         list_policies()
         version = runner.code_version()
     n_cached = sum(1 for _ in cache.glob("*.json")) if cache.exists() else 0
-    results = runner.run_jobs(pl.all_jobs(), cache, n_workers, progress=progress, version=version,
+    # Ray on a cluster without --jobs: as many jobs at once as the cluster has CPUs
+    results = runner.run_jobs(pl.all_jobs(), cache, jobs if executor == "ray" else n_workers,
+                              progress=progress, version=version,
                               run_missing=not report_only, executor=executor,
                               ray_address=ray_address)
     rep = Reproduction(cfg=cfg, plan=pl, results=results, alternation=motivation_alternation(),
@@ -146,7 +148,7 @@ def add_arguments(subparsers) -> None:
     p = subparsers.add_parser(
         "reproduce", help="run the paper's evaluation on the simulator and write a report",
         description="Run every experiment of the TOPAS evaluation (main table, load sweep, "
-        "ablation, overhead, motivating toys) on a process pool, cache each run under "
+        "ablation, overhead, motivating toys) on a process pool or Ray, cache each run under "
         "OUT/cache, and write OUT/results.md, OUT/results.html and OUT/img/*.png.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--quick", action="store_true",

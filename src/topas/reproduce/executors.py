@@ -220,7 +220,9 @@ class RayExecutor(Executor):
                 ray.init(address=self.address, **kw)
             else:
                 # results are small: a small object store starts faster and fits any machine
-                ray.init(num_cpus=self.workers, object_store_memory=100 << 20, **kw)
+                # "local": a new Ray, even when `ray start` left one running on this machine
+                ray.init(address="local", num_cpus=self.workers,
+                         object_store_memory=100 << 20, **kw)
             self._started = True
         if self.workers is None:  # a cluster: as many jobs at once as it has CPUs
             self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
