@@ -10,8 +10,9 @@ import pytest
 
 from topas.cli import main
 from topas.reproduce import executors as EX
+from topas.reproduce import grid as G
+from topas.reproduce import ray_executor as RX
 from topas.reproduce import runner as RR
-from topas.reproduce import sweep as S
 from topas.reproduce.plan import Job, rate_of
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sweep_small.yaml"
@@ -27,18 +28,18 @@ params: {spf: {}}
 
 
 def test_seed_forms():
-    assert S.parse_seeds("3..6") == (3, 4, 5, 6)
-    assert S.parse_seeds([1, "4..5", 9]) == (1, 4, 5, 9)
-    assert S.parse_seeds(7) == (7,)
+    assert G.parse_seeds("3..6") == (3, 4, 5, 6)
+    assert G.parse_seeds([1, "4..5", 9]) == (1, 4, 5, 9)
+    assert G.parse_seeds(7) == (7,)
     for bad, msg in (("6..3", "empty range"), ("a..3", "A..B"), ("3-5", "A..B"),
                      ([3, 3], "twice"), ("-2..1", ">= 0"), ([], "at least one"),
                      (True, "A..B"), (1.5, "A..B")):
         with pytest.raises(ValueError, match=msg):
-            S.parse_seeds(bad)
+            G.parse_seeds(bad)
 
 
 def test_grid_expands_to_the_runners_jobs():
-    g = S.parse_grid({"workloads": ["chain3", "dag4"], "policies": ["fcfs", "topas"],
+    g = G.parse_grid({"workloads": ["chain3", "dag4"], "policies": ["fcfs", "topas"],
                       "seeds": "3..4", "rate_multipliers": [1.0, 1.25],
                       "n_tasks": {"dag4": 5}, "params": {"topas": {"rho": 0.5}},
                       "context_cache": [False, True]})
@@ -84,11 +85,11 @@ def test_grid_expands_to_the_runners_jobs():
 ])
 def test_bad_grids_name_the_key(doc, msg):
     with pytest.raises(ValueError, match=msg):
-        S.parse_grid(doc)
+        G.parse_grid(doc)
 
 
 def test_example_grid_parses():
-    g = S.load_grid(EXAMPLE)
+    g = G.load_grid(EXAMPLE)
     assert g.baseline in g.policies and len(g.seeds) >= 2 and g.jobs()
 
 
@@ -220,8 +221,8 @@ def test_executor_ray_without_ray_is_an_error(monkeypatch):
 
 def test_a_ray_worker_with_other_code_refuses_to_run(monkeypatch):
     """The Ray task checks its own code version against the driver's (the cache key's)."""
-    monkeypatch.setattr(EX, "_worker_version", None)
+    monkeypatch.setattr(RX, "_worker_version", None)
     monkeypatch.setattr(RR, "code_version", lambda: "mine")
     with pytest.raises(ValueError, match="code version mine, this process theirs"):
-        EX._ray_compute(Job("chain3", "fcfs", 0.25, 3, 2), "theirs")
-    assert EX._ray_compute(Job("chain3", "fcfs", 0.25, 3, 2), "mine")["tasks"] == 2
+        RX._ray_compute(Job("chain3", "fcfs", 0.25, 3, 2), "theirs")
+    assert RX._ray_compute(Job("chain3", "fcfs", 0.25, 3, 2), "mine")["tasks"] == 2

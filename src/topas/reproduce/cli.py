@@ -193,7 +193,7 @@ def add_executor_arguments(p) -> None:
 
 def check_executor(args) -> None:
     """Bad ``--executor``/``--ray-address`` combinations, before any work (exit 2)."""
-    from topas.reproduce.executors import RAY_MISSING, ray_available
+    from topas.reproduce.ray_executor import RAY_MISSING, ray_available
 
     if args.executor == "ray" and not ray_available():
         raise ValueError(f"--executor ray: {RAY_MISSING}")
