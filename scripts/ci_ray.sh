@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # CI step for the Ray executor: build (or reuse) Ray's venv outside the clone, keyed by the
-# hash of the requirements (scripts/install_ray.sh; cold ~1 min, warm seconds), then run
-# tests/ray: pool and Ray give the same results, Ctrl-C, an existing cluster (~70 s on 2
-# cores, most of it starting Ray five times).
+# hash of the requirements (scripts/install_ray.sh; cold ~30 s, warm ~2 s), then run tests/ray:
+# pool and Ray give the same results, Ctrl-C, an existing cluster (~70 s on 2 cores, most of
+# it starting Ray five times).
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
