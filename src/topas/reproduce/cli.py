@@ -17,11 +17,13 @@ from topas.reproduce.plan import FULL_SEEDS, QUICK_SEEDS, Config
 # -- the command -------------------------------------------------------------------------------
 
 def reproduce(cfg, out_dir: Path, jobs: int | None = None, progress: bool = True,
-              command: str = "topas reproduce", report_only: bool = False
+              command: str = "topas reproduce", report_only: bool = False,
+              executor: str = "pool", ray_address: str | None = None
               ) -> tuple[Reproduction, list[Path]]:
     """Run (or resume) every experiment of ``cfg`` and write the report into ``out_dir``.
     ``report_only``: rebuild the report from the cached results of the code version of the
-    last invocation that computed runs, running nothing."""
+    last invocation that computed runs, running nothing.  ``executor``/``ray_address``: where
+    the runs go (:func:`topas.reproduce.runner.run_jobs`)."""
     from topas.reproduce import runner
     from topas.reproduce.experiments import motivation_alternation, motivation_toy
     from topas.reproduce.plan import plan
@@ -55,8 +57,11 @@ def reproduce(cfg, out_dir: Path, jobs: int | None = None, progress: bool = True
         list_policies()
         version = runner.code_version()
     n_cached = sum(1 for _ in cache.glob("*.json")) if cache.exists() else 0
-    results = runner.run_jobs(pl.all_jobs(), cache, n_workers, progress=progress, version=version,
-                       run_missing=not report_only)
+    # Ray on a cluster without --jobs: as many jobs at once as the cluster has CPUs
+    results = runner.run_jobs(pl.all_jobs(), cache, jobs if executor == "ray" else n_workers,
+                              progress=progress, version=version,
+                              run_missing=not report_only, executor=executor,
+                              ray_address=ray_address)
     rep = Reproduction(cfg=cfg, plan=pl, results=results, alternation=motivation_alternation(),
                        toy=motivation_toy(), command=command, wall_s=0.0, jobs=n_workers,
                        version=version)
@@ -104,6 +109,7 @@ def cmd_reproduce(args) -> int:
     from topas.cli import check_out_dir
 
     check_out_dir(str(out))  # before any run: a report that cannot be written wastes them
+    check_executor(args)
     parts = ["topas reproduce"]
     if args.quick:
         parts.append("--quick")
@@ -118,7 +124,8 @@ def cmd_reproduce(args) -> int:
     try:
         rep, files = reproduce(cfg, out, args.jobs,
                                progress=sys.stderr.isatty() or args.progress,
-                               command=" ".join(parts), report_only=args.report_only)
+                               command=" ".join(parts), report_only=args.report_only,
+                               executor=args.executor, ray_address=args.ray_address)
     except KeyboardInterrupt:
         n = sum(1 for _ in (out / "cache").glob("*.json")) if (out / "cache").is_dir() else 0
         print(f"topas reproduce: interrupted; {n} complete results kept in {out / 'cache'}, "
@@ -137,11 +144,11 @@ def cmd_reproduce(args) -> int:
 
 
 def add_arguments(subparsers) -> None:
-    """Register ``topas reproduce`` (called by topas.cli)."""
+    """Register ``topas reproduce`` and ``topas sweep`` (called by topas.cli)."""
     p = subparsers.add_parser(
         "reproduce", help="run the paper's evaluation on the simulator and write a report",
         description="Run every experiment of the TOPAS evaluation (main table, load sweep, "
-        "ablation, overhead, motivating toys) on a process pool, cache each run under "
+        "ablation, overhead, motivating toys) on a process pool or Ray, cache each run under "
         "OUT/cache, and write OUT/results.md, OUT/results.html and OUT/img/*.png.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--quick", action="store_true",
@@ -164,4 +171,31 @@ def add_arguments(subparsers) -> None:
                         "that computed results); simulate nothing")
     p.add_argument("--progress", action="store_true",
                    help="show the progress bar even when stderr is not a terminal")
+    add_executor_arguments(p)
     p.set_defaults(fn=cmd_reproduce)
+    from topas.reproduce import sweep
+
+    sweep.add_arguments(subparsers)  # topas sweep: the same runner on a grid from a file
+
+
+def add_executor_arguments(p) -> None:
+    """``--executor`` and ``--ray-address`` (reproduce and sweep)."""
+    from topas.reproduce.executors import EXECUTORS
+
+    p.add_argument("--executor", choices=EXECUTORS, default="pool",
+                   help="where the runs go: a local process pool (--jobs processes), or Ray "
+                        "(the optional ray extra): a local Ray with --jobs CPUs, or the "
+                        "cluster at --ray-address; the cache is the same")
+    p.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="with --executor ray: an existing cluster (e.g. ray://head:10001 or "
+                        "auto; default: $RAY_ADDRESS, else start a local Ray)")
+
+
+def check_executor(args) -> None:
+    """Bad ``--executor``/``--ray-address`` combinations, before any work (exit 2)."""
+    from topas.reproduce.ray_executor import RAY_MISSING, ray_available
+
+    if args.executor == "ray" and not ray_available():
+        raise ValueError(f"--executor ray: {RAY_MISSING}")
+    if args.ray_address and args.executor != "ray":
+        raise ValueError(f"--ray-address {args.ray_address}: only with --executor ray")

@@ -1,19 +1,17 @@
-"""The resumable parallel runner: :func:`run_jobs` executes :class:`Job` values on a process
-pool, caching each result atomically under a key that includes :func:`code_version`."""
+"""The resumable parallel runner: :func:`run_jobs` executes :class:`Job` values on an
+executor (a process pool, or Ray: :mod:`~topas.reproduce.executors`), caching each result
+atomically under a key that includes :func:`code_version`."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import asdict
 from pathlib import Path
 
-
 from topas.metrics.summary import atomic_write_text
+from topas.reproduce.executors import Executor, InlineExecutor, PoolExecutor, make_executor
 from topas.reproduce.plan import Job, default_rate
 
 
@@ -84,35 +82,6 @@ def run_job(job: Job) -> dict:
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (MemoryError, OSError, RecursionError)
 
 
-def _run_and_cache(job: Job, path: str) -> tuple[Job, dict]:
-    out = run_job(job)
-    out["job"] = asdict(job)
-    if not out.get("transient"):
-        atomic_write_text(Path(path), json.dumps(out) + "\n")
-    return job, out
-
-
-def _ignore_sigint() -> None:
-    """Pool workers leave Ctrl-C to the parent, which stops them (see ``run_jobs``)."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def _stop_pool(pool: ProcessPoolExecutor) -> None:
-    """Cancel what has not started and kill the workers now.  A killed worker leaves at most
-    a temporary file (writes are temp + rename); complete cache entries stay."""
-    pool.shutdown(wait=False, cancel_futures=True)
-    kill = getattr(pool, "kill_workers", None)  # Python >= 3.14
-    if kill is not None:
-        kill()
-        return
-    for p in list((getattr(pool, "_processes", None) or {}).values()):
-        p.kill()
-    for p in list((getattr(pool, "_processes", None) or {}).values()):
-        p.join(timeout=1)
-
-
 def _remove_temp_files(cache_dir: Path) -> None:
     """Temporary files a killed writer left behind (``.<name>.json.<random>``)."""
     for f in cache_dir.glob(".*.json.*"):
@@ -141,13 +110,19 @@ def _job_cost(j: Job) -> float:
 def run_jobs(jobs: Sequence[Job], cache_dir: Path, n_workers: int | None = None,
              progress: bool = True,
              on_done: Callable[[Job, dict], None] | None = None,
-             version: str | None = None, run_missing: bool = True) -> dict[Job, dict]:
-    """Run every job not in ``cache_dir`` (``n_workers`` processes; 1 = in this process) and
-    return all results.  Results are written as they finish, so an interrupted run resumes.
+             version: str | None = None, run_missing: bool = True,
+             executor: str | Executor = "pool", ray_address: str | None = None,
+             label: str = "reproduce") -> dict[Job, dict]:
+    """Run every job not in ``cache_dir`` and return all results.  Results are written as
+    they finish, so an interrupted run resumes.
 
-    ``version``: the code version of the cache keys (default: :func:`code_version` now).
-    ``run_missing=False`` (report-only mode): run nothing; a missing result is an error."""
+    ``executor``: ``"pool"`` (``n_workers`` processes; 1 = in this process), ``"ray"``
+    (local Ray with ``n_workers`` CPUs, or the cluster at ``ray_address``) or an
+    :class:`~topas.reproduce.executors.Executor`.  ``version``: the code version of the
+    cache keys (default: :func:`code_version` now).  ``run_missing=False`` (report-only
+    mode): run nothing; a missing result is an error.  ``label``: the progress bar's."""
     cache_dir = Path(cache_dir)
+    ex = make_executor(executor, n_workers, ray_address)  # fails now if Ray is missing
     cache_dir.mkdir(parents=True, exist_ok=True)
     ignore = cache_dir / ".gitignore"
     if not ignore.exists():
@@ -172,55 +147,45 @@ def run_jobs(jobs: Sequence[Job], cache_dir: Path, n_workers: int | None = None,
         raise ValueError(f"cache {cache_dir}: {len(todo)} of {len(jobs)} results of code "
                          f"version {version} are missing (first: {todo[0].key(version)})")
     todo.sort(key=_job_cost, reverse=True)
-    workers = n_workers if n_workers is not None else (os.cpu_count() or 1)
-    if workers < 1:
-        raise ValueError(f"jobs {workers}: must be >= 1")
-    with _progress_bar(len(jobs), len(results), progress) as advance:
-        if workers == 1 or len(todo) <= 1:
-            for j in todo:
-                _, out = _run_and_cache(j, str(cache_dir / f"{j.key(version)}.json"))
-                results[j] = out
-                advance(j)
-                if on_done:
-                    on_done(j, out)
-        else:
-            pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint)
-            try:
-                # a few jobs in flight at a time (not the whole queue): an interrupt then has
-                # nothing queued to drain
-                queue = iter(todo)
-                pending: set = set()
+    if isinstance(ex, PoolExecutor) and (ex.workers == 1 or len(todo) <= 1):
+        ex = InlineExecutor()  # no pool for one worker or one job
+    with _progress_bar(len(jobs), len(results), progress, label) as advance:
+        if not todo:
+            return results
+        ex.start()
+        try:
+            # a few jobs in flight at a time (not the whole queue): an interrupt then has
+            # nothing queued to drain
+            queue = iter(todo)
 
-                def top_up() -> None:
-                    for j in queue:
-                        pending.add(pool.submit(_run_and_cache, j,
-                                                str(cache_dir / f"{j.key(version)}.json")))
-                        if len(pending) >= 2 * workers:
-                            break
+            def top_up() -> None:
+                while ex.in_flight() < 2 * ex.workers:
+                    j = next(queue, None)
+                    if j is None:
+                        return
+                    ex.submit(j, cache_dir / f"{j.key(version)}.json")
 
+            top_up()
+            while ex.in_flight():
+                for j, out in ex.wait():
+                    results[j] = out
+                    advance(j)
+                    if on_done:
+                        on_done(j, out)
                 top_up()
-                while pending:
-                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for f in done:
-                        j, out = f.result()
-                        results[j] = out
-                        advance(j)
-                        if on_done:
-                            on_done(j, out)
-                    top_up()
-            except BaseException:  # Ctrl-C (or a failure): stop now, do not drain the queue
-                _stop_pool(pool)
-                _remove_temp_files(cache_dir)
-                raise
-            pool.shutdown(wait=True)
+        except BaseException:  # Ctrl-C (or a failure): stop now, do not drain the queue
+            ex.stop()
+            _remove_temp_files(cache_dir)
+            raise
+        ex.close()
     return results
 
 
 class _progress_bar:
     """A rich progress bar on stderr (nothing when disabled)."""
 
-    def __init__(self, total: int, done: int, enabled: bool) -> None:
-        self.total, self.done, self.enabled = total, done, enabled
+    def __init__(self, total: int, done: int, enabled: bool, label: str = "reproduce") -> None:
+        self.total, self.done, self.enabled, self.label = total, done, enabled, label
         self._prog = None
 
     def __enter__(self) -> Callable[[Job], None]:
@@ -230,7 +195,7 @@ class _progress_bar:
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                    TimeElapsedColumn, TimeRemainingColumn)
 
-        self._prog = Progress(TextColumn("[bold]reproduce"), BarColumn(), MofNCompleteColumn(),
+        self._prog = Progress(TextColumn(f"[bold]{self.label}"), BarColumn(), MofNCompleteColumn(),
                               TextColumn("runs"), TimeElapsedColumn(), TimeRemainingColumn(),
                               TextColumn("{task.description}"), console=Console(stderr=True))
         self._prog.__enter__()
