@@ -131,3 +131,34 @@ def test_reserve_keeps_more_headroom():
     pol = make_policy("topas", seed=0)
     assert pol.reserve_ratio == 0.6
     assert make_policy("topas", seed=0, off="reserve").reserve_ratio == 0.5
+
+
+def test_backfill_admits_past_the_blocked_request_only_what_does_not_delay_it():
+    # hol_state with 1.5k more free tokens: when the running request finishes, the blocked
+    # 6k request fits with room to spare beside it, where the young 1k request fits too
+    snap = dataclasses.replace(hol_state(), config=dataclasses.replace(
+        hol_state().config, kv_budget_tokens=2000 + 3010 + 5000))
+    assert decide(snap).admit == ()  # head-of-line blocking alone keeps it waiting
+    assert decide(snap, backfill=True).admit == (2,)
+    # in hol_state the room beside the blocked request is too small: admitting the young
+    # request (expected to outlast the running one) would delay the blocked one
+    assert decide(hol_state(), backfill=True).admit == ()
+
+
+def size_state():
+    """The older task 1 has three chained stages left, the younger task 2 one stage; the free
+    KV fits one request."""
+    t1 = make_task(1, {"a": ("A", (), S.READY), "b": ("A", ("a",), S.PENDING),
+                       "c": ("A", ("b",), S.PENDING)}, arrival_s=0.0)
+    t2 = make_task(2, {"a": ("A", (), S.READY)}, arrival_s=1.0)
+    reqs = [make_request(1, t1, "a", 1000, 2000, ready_s=0.0),
+            make_request(2, t2, "a", 1000, 2000, ready_s=1.0)]
+    return make_snapshot(time_s=2.0, budget=2000 + 1000 + 153 + 500,
+                         prefixes=[make_prefix("A", 2000, True)], waiting=reqs, tasks=[t1, t2])
+
+
+def test_rank_key_remaining_puts_the_shorter_task_first():
+    assert decide(size_state()).admit == (1,)  # rank by arrival: the older task
+    assert decide(size_state(), rank_key="remaining", size_weight=1e6).admit == (2,)
+    # a predicted finish: one second of arrival outweighs a tiny size weight
+    assert decide(size_state(), rank_key="finish", size_weight=1e-9).admit == (1,)

@@ -136,7 +136,16 @@ class Topas:
                 nullable=True),
         choice("age_form", "log", ("log", "rank"), "log: the paper's g_i; rank: 1 + rho * "
                "unfinished younger tasks"),
+        choice("rank_key", "arrival", ("arrival", "finish", "remaining"), "what rank aging "
+               "ranks tasks by: arrival time, or arrival + size_weight * E[LP] with E[LP] "
+               "estimated when the task is first seen (finish) or at its latest state "
+               "change (remaining; a large size_weight gives SRPT order)"),
+        real("size_weight", 1.0, "seconds of arrival one second of expected path is worth in "
+             "the rank key (rank_key finish or remaining)", hi=1e6),
         flag("hol_block", False, "admit nothing past the first candidate that cannot fit"),
+        flag("backfill", False, "with hol_block: admit a later candidate past the blocked "
+             "one when it is expected to finish before the blocked one could fit, or fits "
+             "beside it then (EASY backfilling)"),
         choice("group_agents", "none", ("none", "best", "density"), "GREEDYPACK order: by "
                "gain, agent groups following candidates, or groups by gain per KV token"),
     )
@@ -150,6 +159,7 @@ class Topas:
                  joint_gain: bool = DEFAULTS["joint_gain"], redo_cost: str = "engine",
                  revoke_value: str = "credit", max_preempt: int | None = None,
                  age_form: str = "log", hol_block: bool = False, group_agents: str = "none",
+                 rank_key: str = "arrival", size_weight: float = 1.0, backfill: bool = False,
                  name: str = "topas-paper") -> None:
         if M < 0 or K < 1:
             raise ValueError(f"topas: M={M} must be >= 0 and K={K} >= 1")
@@ -170,11 +180,20 @@ class Topas:
             raise ValueError(f"topas: age_form={age_form!r} must be 'log' or 'rank'")
         self.max_preempt = K if max_preempt is None else max_preempt
         self.hol_block = bool(hol_block)
+        self.backfill = bool(backfill)
         if group_agents not in ("none", "best", "density"):
             raise ValueError(f"topas: group_agents={group_agents!r} must be 'none', 'best' "
                              "or 'density'")
         self.group_agents = group_agents
         self.age_form = age_form
+        if rank_key not in ("arrival", "finish", "remaining"):
+            raise ValueError(f"topas: rank_key={rank_key!r} must be 'arrival', 'finish' or "
+                             "'remaining'")
+        if not size_weight >= 0:
+            raise ValueError(f"topas: size_weight={size_weight} must be >= 0")
+        self.rank_key, self.size_weight = rank_key, size_weight
+        #: rank_key != "arrival": task id -> its rank key (s), set when its E[LP] is estimated
+        self._rank_keys: dict[int, float] = {}
         #: KV tokens and prefixes a subclass has already committed in this decision (holds
         #: decided before admission); the search packs into what is left
         self._committed_tokens = 0
@@ -200,7 +219,7 @@ class Topas:
         self._moves: dict[str, tuple[tuple[int, bool, bool], float, float]] = {}
         self._run_id = -1
         #: (unfinished task ids, task id -> number of younger unfinished tasks) for rank aging
-        self._rank: tuple[tuple[int, ...], dict[int, int]] = ((), {})
+        self._rank: tuple[tuple, dict[int, int]] = ((), {})
         self.last: Choice | None = None  #: the committed choice (for tests and traces)
 
     # ------------------------------------------------------------------ per-decision inputs
@@ -231,9 +250,11 @@ class Topas:
             self._la_counts.clear()
             self._median = (-1, 0.0)
             self._rank = ((), {})
+            self._rank_keys.clear()
         if len(self._task_info) > 2 * len(snap.tasks) + 64:
             for tid in [t for t in self._task_info if t not in snap.tasks]:
                 del self._task_info[tid]
+                self._rank_keys.pop(tid, None)
             self.mc.forget_finished(snap.tasks)
 
     def _build_task_info(self, snap: Snapshot, ts, gen) -> tuple[int, object, bool, float]:
@@ -242,6 +263,10 @@ class Topas:
         chain = len(e.ready) == 1 and not e.running
         info = (ts.version, e, chain, e.expected_lp(snap.time_s) if chain else 0.0)
         self._task_info[ts.task_id] = info
+        if self.rank_key != "arrival" and self.age_form == "rank" and (
+                self.rank_key == "remaining" or ts.task_id not in self._rank_keys):
+            lp = info[3] if chain else e.expected_lp(snap.time_s)
+            self._rank_keys[ts.task_id] = ts.arrival_s + self.size_weight * lp
         return info
 
     def _move_costs(self, snap: Snapshot, agents: Iterable[str]
@@ -546,9 +571,27 @@ class _Context:
             # strict-ish task priority: a task's weight grows with the number of unfinished
             # tasks that arrived after it (g_i = 1 + rho * younger_i)
             # memoised by the set of unfinished tasks (in the snapshot's order)
-            ids = tuple(tasks)
+            if pol.rank_key != "arrival":
+                # the keys of tasks whose state changed are estimated first (a task never
+                # estimated ranks last)
+                for r in snap.waiting:
+                    info = task_info.get(r.task_id)
+                    ts = tasks[r.task_id]
+                    if info is None or info[0] != ts.version:
+                        if gen is None:
+                            gen = {(q.task_id, q.stage): q.generated_tokens for q in running}
+                        pol._build_task_info(snap, ts, gen)
+                keys = pol._rank_keys
+                inf = math.inf
+                ids = (tuple(tasks), tuple(keys.get(t, inf) for t in tasks))
+            else:
+                ids = (tuple(tasks), ())
             if pol._rank[0] != ids:
-                order = sorted(tasks.values(), key=lambda t: (t.arrival_s, t.task_id))
+                if pol.rank_key == "arrival":
+                    order = sorted(tasks.values(), key=lambda t: (t.arrival_s, t.task_id))
+                else:
+                    order = sorted(tasks.values(), key=lambda t: (
+                        keys.get(t.task_id, inf), t.arrival_s, t.task_id))
                 n_t = len(order)
                 pol._rank = (ids, {t.task_id: n_t - 1 - k for k, t in enumerate(order)})
             rank = pol._rank[1]
@@ -632,7 +675,7 @@ class _Context:
                 groups = {a: groups[a] for a in order_a}
             cands = [c for g in groups.values() for c in g]
         if pol.hol_block:
-            cands = self.head_of_line(cands)
+            cands = self.head_of_line(cands, out_mean if pol.backfill else None)
         self.cands = cands
         self.max_batch = snap.config.max_batch_requests
         # smallest KV need of a positive-gain candidate per agent (tokens, prefix excluded):
@@ -653,11 +696,13 @@ class _Context:
                     lst.append(c.gain)
         self._memo: dict[tuple, Choice | None] = {}
 
-    def head_of_line(self, cands: list["_Cand"]) -> list["_Cand"]:
+    def head_of_line(self, cands: list["_Cand"],
+                     out_mean: Callable[[str], float] | None = None) -> list["_Cand"]:
         """The candidates before the first one that cannot fit even if every earlier one is
         admitted and every idle prefix is evicted (``hol_block``): memory that frees up then
         goes to that request, not to requests it outranks (head-of-line blocking, as FCFS,
-        Parrot and SPF admit)."""
+        Parrot and SPF admit).  With ``out_mean`` (``backfill``), later candidates that do
+        not delay the blocked one follow them (:meth:`backfill`)."""
         snap = self.snap
         prefixes = snap.prefixes
         free = self.free0
@@ -673,11 +718,77 @@ class _Context:
             elif c.agent not in resident:
                 need += prefixes[c.agent].tokens
             if need > free or batch >= snap.config.max_batch_requests:
-                return cands[:i]
+                if out_mean is None or batch >= snap.config.max_batch_requests:
+                    return cands[:i]
+                return cands[:i] + self.backfill(cands[i], need, cands[i + 1:], free,
+                                                 resident, evictable, batch, out_mean)
             resident.add(c.agent)
             free -= need
             batch += 1
         return cands
+
+    def backfill(self, head: "_Cand", head_need: int, rest: list["_Cand"], free: int,
+                 resident: set[str], evictable: dict[str, int], batch: int,
+                 out_mean: Callable[[str], float]) -> list["_Cand"]:
+        """EASY backfilling behind the blocked ``head`` (it needs ``head_need`` tokens, ``free``
+        are free with every idle prefix evicted).  Its *shadow time* ``T`` is when the running
+        requests, finishing in order of expected remaining service, will have freed enough
+        for it; the memory then left beside it is the *extra*.  A later candidate is kept if
+        it fits now and either is expected to finish by ``T`` (prefill plus expected output
+        at the current batch's decode step) or fits in the extra, which it then uses up.  So
+        memory goes to the head when it is expected to be free, and is not left idle until
+        then.  Estimates in seconds from the cost model."""
+        snap = self.snap
+        cost = snap.cost
+        running = snap.running
+        n_run = len(running)
+        ctx = sum(r.prefix_tokens + r.prompt_tokens + r.generated_tokens for r in running)
+        step = cost.decode_step_time(max(1, n_run), ctx)
+        fin: list[tuple[float, int]] = []
+        for r in running:
+            mean = out_mean(r.agent)
+            left = max(mean - r.generated_tokens, 0.25 * mean) * step
+            if r.phase != Phase.DECODE:
+                left += cost.prefill_time(max(1, r.prompt_tokens - r.prefilled_tokens),
+                                          r.prefix_tokens)
+            # it gives back its KV and the output headroom kept for it (free excludes both)
+            fin.append((left, r.kv_tokens + max(snap.config.block_size, int(
+                self.pol.reserve_ratio * mean) - r.generated_tokens)))
+        fin.sort()
+        shadow, avail = None, free
+        for t, tok in fin:
+            avail += tok
+            if avail >= head_need:
+                shadow = t
+                break
+        if shadow is None:
+            return []  # nothing running frees enough: the head waits for holds or prefixes
+        extra = avail - head_need
+        out: list[_Cand] = []
+        max_batch = snap.config.max_batch_requests
+        for c in rest:
+            if batch >= max_batch:
+                break
+            need = c.tokens
+            prefix_from_evictable = c.agent in evictable
+            if not prefix_from_evictable and c.agent not in resident:
+                need += snap.prefixes[c.agent].tokens
+            take = need + (evictable[c.agent] if prefix_from_evictable else 0)
+            if take > free:
+                continue
+            dur = cost.prefill_time(max(1, c.req.prompt_tokens), c.req.prefix_tokens) + (
+                out_mean(c.agent) * step)
+            if dur > shadow:
+                if take > extra:
+                    continue
+                extra -= take
+            free -= take
+            if prefix_from_evictable:
+                evictable.pop(c.agent)
+            resident.add(c.agent)
+            batch += 1
+            out.append(c)
+        return out
 
     def joint_share(self, e, n_ready: int) -> float:
         """``(L_i(none started) - L_i(all ready started)) / n``: a task's gain from starting all
