@@ -65,6 +65,25 @@ class Choice:
         return (round(self.score, 9), -len(self.preempt), -len(self.evict), len(self.admit))
 
 
+def running_left_s(snap: Snapshot, out_mean: Callable[[str], float]
+                   ) -> tuple[float, list[float]]:
+    """The current batch's decode step time and, per running request (in ``snap.running``
+    order), its expected remaining service: expected output still to decode (at least a
+    quarter of the mean) at that step, plus the prompt left to prefill.  Seconds."""
+    cost = snap.cost
+    ctx = sum(r.prefix_tokens + r.prompt_tokens + r.generated_tokens for r in snap.running)
+    step = cost.decode_step_time(len(snap.running), ctx)
+    lefts = []
+    for r in snap.running:
+        mean = out_mean(r.agent)
+        t = max(mean - r.generated_tokens, 0.25 * mean) * step
+        if r.phase != Phase.DECODE:
+            t += cost.prefill_time(max(1, r.prompt_tokens - r.prefilled_tokens),
+                                   r.prefix_tokens)
+        lefts.append(t)
+    return step, lefts
+
+
 class _Cand:
     """A waiting request as GREEDYPACK sees it."""
 
@@ -303,19 +322,7 @@ class Topas:
         call among waiting requests)."""
         cost = snap.cost
         if snap.running:
-            ctx = sum(r.prefix_tokens + r.prompt_tokens + r.generated_tokens
-                      for r in snap.running)
-            step = cost.decode_step_time(len(snap.running), ctx)
-            best = math.inf
-            for r in snap.running:
-                mean = out_mean(r.agent)
-                left = max(mean - r.generated_tokens, 0.25 * mean)
-                t = left * step
-                if r.phase != Phase.DECODE:
-                    t += cost.prefill_time(max(1, r.prompt_tokens - r.prefilled_tokens),
-                                           r.prefix_tokens)
-                best = min(best, t)
-            return best
+            return min(running_left_s(snap, out_mean)[1])
         best = math.inf
         for r in snap.waiting:
             step = cost.decode_step_time(1, r.prefix_tokens + r.prompt_tokens)
@@ -487,6 +494,7 @@ class _Context:
             v = base - r.generated_tokens
             return v if v > step else step
 
+        self.reserve = reserve
         running = snap.running
         prefixes = snap.prefixes
         self.free0 = (snap.free_kv_tokens - sum(reserve(r) for r in running)
@@ -565,6 +573,15 @@ class _Context:
         gen = None
         floor = pol.min_gain_s
         task_info = pol._task_info
+
+        def build(ts):
+            # the task's Monte Carlo entry for its current version (generated tokens of the
+            # running requests collected once per decision, when first needed)
+            nonlocal gen
+            if gen is None:
+                gen = {(q.task_id, q.stage): q.generated_tokens for q in running}
+            return pol._build_task_info(snap, ts, gen)
+
         aged = pol.aging and pol.rho != 0
         rank: dict[int, int] | None = None
         if aged and pol.age_form == "rank":
@@ -575,12 +592,10 @@ class _Context:
                 # the keys of tasks whose state changed are estimated first (a task never
                 # estimated ranks last)
                 for r in snap.waiting:
-                    info = task_info.get(r.task_id)
                     ts = tasks[r.task_id]
+                    info = task_info.get(r.task_id)
                     if info is None or info[0] != ts.version:
-                        if gen is None:
-                            gen = {(q.task_id, q.stage): q.generated_tokens for q in running}
-                        pol._build_task_info(snap, ts, gen)
+                        build(ts)
                 keys = pol._rank_keys
                 inf = math.inf
                 ids = (tuple(tasks), tuple(keys.get(t, inf) for t in tasks))
@@ -600,9 +615,7 @@ class _Context:
             info = task_info.get(tid)
             ts = tasks[tid]
             if info is None or info[0] != ts.version:
-                if gen is None:
-                    gen = {(q.task_id, q.stage): q.generated_tokens for q in running}
-                info = pol._build_task_info(snap, ts, gen)
+                info = build(ts)
             e = info[1]
             w = weights.get(tid)
             if w is None:
@@ -720,17 +733,17 @@ class _Context:
             if need > free or batch >= snap.config.max_batch_requests:
                 if out_mean is None or batch >= snap.config.max_batch_requests:
                     return cands[:i]
-                return cands[:i] + self.backfill(cands[i], need, cands[i + 1:], free,
-                                                 resident, evictable, batch, out_mean)
+                return cands[:i] + self.backfill(need, cands[i + 1:], free, resident,
+                                                 evictable, batch, out_mean)
             resident.add(c.agent)
             free -= need
             batch += 1
         return cands
 
-    def backfill(self, head: "_Cand", head_need: int, rest: list["_Cand"], free: int,
-                 resident: set[str], evictable: dict[str, int], batch: int,
-                 out_mean: Callable[[str], float]) -> list["_Cand"]:
-        """EASY backfilling behind the blocked ``head`` (it needs ``head_need`` tokens, ``free``
+    def backfill(self, head_need: int, rest: list["_Cand"], free: int, resident: set[str],
+                 evictable: dict[str, int], batch: int, out_mean: Callable[[str], float]
+                 ) -> list["_Cand"]:
+        """EASY backfilling behind the blocked head (it needs ``head_need`` tokens, ``free``
         are free with every idle prefix evicted).  Its *shadow time* ``T`` is when the running
         requests, finishing in order of expected remaining service, will have freed enough
         for it; the memory then left beside it is the *extra*.  A later candidate is kept if
@@ -740,21 +753,12 @@ class _Context:
         then.  Estimates in seconds from the cost model."""
         snap = self.snap
         cost = snap.cost
-        running = snap.running
-        n_run = len(running)
-        ctx = sum(r.prefix_tokens + r.prompt_tokens + r.generated_tokens for r in running)
-        step = cost.decode_step_time(max(1, n_run), ctx)
-        fin: list[tuple[float, int]] = []
-        for r in running:
-            mean = out_mean(r.agent)
-            left = max(mean - r.generated_tokens, 0.25 * mean) * step
-            if r.phase != Phase.DECODE:
-                left += cost.prefill_time(max(1, r.prompt_tokens - r.prefilled_tokens),
-                                          r.prefix_tokens)
-            # it gives back its KV and the output headroom kept for it (free excludes both)
-            fin.append((left, r.kv_tokens + max(snap.config.block_size, int(
-                self.pol.reserve_ratio * mean) - r.generated_tokens)))
-        fin.sort()
+        if not snap.running:
+            return []  # nothing running frees memory: the head waits for holds or prefixes
+        step, lefts = running_left_s(snap, out_mean)
+        # a finished request gives back its KV and the output headroom kept for it (free
+        # excludes both)
+        fin = sorted(zip(lefts, (r.kv_tokens + self.reserve(r) for r in snap.running)))
         shadow, avail = None, free
         for t, tok in fin:
             avail += tok
