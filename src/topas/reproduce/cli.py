@@ -127,20 +127,34 @@ def cmd_reproduce(args) -> int:
                                command=" ".join(parts), report_only=args.report_only,
                                executor=args.executor, ray_address=args.ray_address)
     except KeyboardInterrupt:
-        n = sum(1 for _ in (out / "cache").glob("*.json")) if (out / "cache").is_dir() else 0
-        print(f"topas reproduce: interrupted; {n} complete results kept in {out / 'cache'}, "
-              "the same command resumes", file=sys.stderr)
-        return 130
+        return report_interrupted("topas reproduce", out / "cache")
     print(f"{len(rep.results)} runs, {rep.wall_s / 60:.1f} min; report: {files[0]} and "
           f"{files[1]} ({len(files) - 2} figures)")
-    failed = [r for r in rep.results.values() if "error" in r]
-    if failed:
-        again = sum(1 for r in failed if r.get("transient"))
-        print(f"topas reproduce: {len(failed)} of {len(rep.results)} runs failed (listed in "
-              f"{files[0]}" + (f"; {again} for lack of memory/disk/stack, not cached: rerun "
-                               "to retry" if again else "") + ")", file=sys.stderr)
-        return 1
-    return 0
+    return report_failures("topas reproduce", rep.results, len(rep.results),
+                           f"listed in {files[0]}")
+
+
+def report_interrupted(command: str, cache: Path) -> int:
+    """The stderr line after Ctrl-C (how many complete results ``cache`` keeps) and the exit
+    status 130."""
+    n = sum(1 for _ in cache.glob("*.json")) if cache.is_dir() else 0
+    print(f"{command}: interrupted; {n} complete results kept in {cache}, the same command "
+          "resumes", file=sys.stderr)
+    return 130
+
+
+def report_failures(command: str, results: dict, total: int, where: str) -> int:
+    """One stderr line when runs of ``results`` failed (of ``total``; ``where``: where they
+    are listed) and the exit status: 1 if any failed, else 0.  Transient failures are not
+    cached, so the line says a rerun retries them."""
+    failed = [r for r in results.values() if "error" in r]
+    if not failed:
+        return 0
+    again = sum(1 for r in failed if r.get("transient"))
+    print(f"{command}: {len(failed)} of {total} runs failed ({where}"
+          + (f"; {again} for lack of memory/disk/stack, not cached: rerun to retry"
+             if again else "") + ")", file=sys.stderr)
+    return 1
 
 
 def add_arguments(subparsers) -> None:

@@ -162,7 +162,7 @@ def _seed_text(seeds) -> str:
 def cmd_sweep(args) -> int:
     from topas.cli import check_out_dir
     from topas.reproduce import runner
-    from topas.reproduce.cli import check_executor
+    from topas.reproduce.cli import check_executor, report_failures, report_interrupted
 
     grid = load_grid(args.grid)
     out = Path(args.out) if args.out else Path("build/sweep") / Path(args.grid).stem
@@ -177,22 +177,12 @@ def cmd_sweep(args) -> int:
                                   version=version, executor=args.executor,
                                   ray_address=args.ray_address, label="sweep")
     except KeyboardInterrupt:
-        n = sum(1 for _ in (out / "cache").glob("*.json")) if (out / "cache").is_dir() else 0
-        print(f"topas sweep: interrupted; {n} complete results kept in {out / 'cache'}, "
-              "the same command resumes", file=sys.stderr)
-        return 130
+        return report_interrupted("topas sweep", out / "cache")
     files = write_outputs(out, grid, results, version)
     print_tables(grid, summarize(grid, results))
     print(f"{len(jobs)} runs, {time.perf_counter() - t0:.1f} s; results: {files[0]} and "
           f"{files[1]}")
-    failed = [r for r in results.values() if "error" in r]
-    if failed:
-        again = sum(1 for r in failed if r.get("transient"))
-        print(f"topas sweep: {len(failed)} of {len(jobs)} runs failed (see {files[0]}"
-              + (f"; {again} for lack of memory/disk/stack, not cached: rerun to retry"
-                 if again else "") + ")", file=sys.stderr)
-        return 1
-    return 0
+    return report_failures("topas sweep", results, len(jobs), f"see {files[0]}")
 
 
 def add_arguments(subparsers) -> None:
