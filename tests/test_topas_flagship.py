@@ -138,11 +138,11 @@ def test_backfill_admits_past_the_blocked_request_only_what_does_not_delay_it():
     # 6k request fits with room to spare beside it, where the young 1k request fits too
     snap = dataclasses.replace(hol_state(), config=dataclasses.replace(
         hol_state().config, kv_budget_tokens=2000 + 3010 + 5000))
-    assert decide(snap).admit == ()  # head-of-line blocking alone keeps it waiting
-    assert decide(snap, backfill=True).admit == (2,)
+    assert decide(snap, off="backfill").admit == ()  # head-of-line blocking alone: it waits
+    assert decide(snap).admit == (2,)  # the flagship backfills
     # in hol_state the room beside the blocked request is too small: admitting the young
     # request (expected to outlast the running one) would delay the blocked one
-    assert decide(hol_state(), backfill=True).admit == ()
+    assert decide(hol_state()).admit == ()
 
 
 def size_state():
@@ -162,3 +162,32 @@ def test_rank_key_remaining_puts_the_shorter_task_first():
     assert decide(size_state(), rank_key="remaining", size_weight=1e6).admit == (2,)
     # a predicted finish: one second of arrival outweighs a tiny size weight
     assert decide(size_state(), rank_key="finish", size_weight=1e-9).admit == (1,)
+
+
+def test_tail_q_puts_a_task_older_than_the_runs_tail_ahead_of_the_size_rank():
+    # ten tasks of the same run (one history object) are seen to finish by 60 s, 59.1-60 s
+    # after they arrived; task 1 (three stages left) is then 60 s old, task 2 (one) 30 s
+    def state(time_s, tasks_extra=(), hist=None):
+        t1 = make_task(1, {"a": ("A", (), S.READY), "b": ("A", ("a",), S.PENDING),
+                           "c": ("A", ("b",), S.PENDING)}, arrival_s=0.0)
+        t2 = make_task(2, {"a": ("A", (), S.READY)}, arrival_s=30.0)
+        reqs = [make_request(1, t1, "a", 1000, 2000, ready_s=0.0),
+                make_request(2, t2, "a", 1000, 2000, ready_s=30.0)]
+        return make_snapshot(time_s=time_s, budget=2000 + 1000 + 153 + 500,
+                             prefixes=[make_prefix("A", 2000, True)], waiting=reqs,
+                             tasks=[t1, t2, *tasks_extra], hist=hist)
+
+    def run(**params):
+        pol = make_policy("topas", seed=0, rank_key="remaining", size_weight=1e6, **params)
+        hist: dict = {}
+        others = [make_task(100 + k, {"a": ("A", (), S.RUNNING)}, arrival_s=k * 0.1)
+                  for k in range(10)]
+        pol.decide(state(0.0 + 1e-3, others, hist))
+        snap = state(60.0, (), hist)
+        for t in others:
+            assert t.task_id not in snap.tasks
+        return pol.decide(snap).admit
+
+    assert run() == (2,)  # the size rank alone: the shorter, younger task
+    assert run(tail_q=0.5) == (1,)  # task 1 is older than the run's median JCT
+    assert make_policy("topas", seed=0).tail_q == 0.0

@@ -114,7 +114,7 @@ def render_departures(rep) -> list[str]:
     seeds = sorted({j.seed for j in pl.departures})
     L = ["## The flagship's departures from the paper, one at a time", ""]
     L.append(
-        "`topas` is `topas-paper` with seven departures switched on "
+        f"`topas` is `topas-paper` with {len(DEPARTURES)} departures switched on "
         "(`topas.policies.topas_ext.DEPARTURES`; docs/topas.md explains each). Each column "
         "reverts one of them to the paper's choice (`--param off=NAME`) and gives the paired "
         "change of mean JCT against the full flagship (positive: the departure helps), with "

@@ -29,6 +29,7 @@ preempted, at most ``K``); every subset of the active agents ``A_t`` is tried wh
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections.abc import Callable, Iterable
@@ -161,6 +162,9 @@ class Topas:
                "change (remaining; a large size_weight gives SRPT order)"),
         real("size_weight", 1.0, "seconds of arrival one second of expected path is worth in "
              "the rank key (rank_key finish or remaining)", hi=1e6),
+        real("tail_q", 0.0, "with rank aging: a task older than this quantile of the "
+             "run's finished tasks' JCTs ranks ahead of every task that is not, oldest first "
+             "(bounds overtaking by a size rank key; 0: off)", hi=0.999),
         flag("hol_block", False, "admit nothing past the first candidate that cannot fit"),
         flag("backfill", False, "with hol_block: admit a later candidate past the blocked "
              "one when it is expected to finish before the blocked one could fit, or fits "
@@ -179,7 +183,7 @@ class Topas:
                  revoke_value: str = "credit", max_preempt: int | None = None,
                  age_form: str = "log", hol_block: bool = False, group_agents: str = "none",
                  rank_key: str = "arrival", size_weight: float = 1.0, backfill: bool = False,
-                 name: str = "topas-paper") -> None:
+                 tail_q: float = 0.0, name: str = "topas-paper") -> None:
         if M < 0 or K < 1:
             raise ValueError(f"topas: M={M} must be >= 0 and K={K} >= 1")
         if beta < 0 or rho < 0:
@@ -211,6 +215,13 @@ class Topas:
         if not size_weight >= 0:
             raise ValueError(f"topas: size_weight={size_weight} must be >= 0")
         self.rank_key, self.size_weight = rank_key, size_weight
+        if not 0 <= tail_q < 1:
+            raise ValueError(f"topas: tail_q={tail_q} must be in [0, 1)")
+        self.tail_q = tail_q
+        #: tail_q > 0: arrival time of every unfinished task seen, and the sorted JCTs (s) of
+        #: the tasks seen to finish (a task finishes when it leaves ``snap.tasks``)
+        self._live_arrivals: dict[int, float] = {}
+        self._done_jcts: list[float] = []
         #: rank_key != "arrival": task id -> its rank key (s), set when its E[LP] is estimated
         self._rank_keys: dict[int, float] = {}
         #: KV tokens and prefixes a subclass has already committed in this decision (holds
@@ -270,11 +281,29 @@ class Topas:
             self._median = (-1, 0.0)
             self._rank = ((), {})
             self._rank_keys.clear()
+            self._live_arrivals.clear()
+            self._done_jcts.clear()
         if len(self._task_info) > 2 * len(snap.tasks) + 64:
             for tid in [t for t in self._task_info if t not in snap.tasks]:
                 del self._task_info[tid]
                 self._rank_keys.pop(tid, None)
             self.mc.forget_finished(snap.tasks)
+
+    def tail_age_s(self, snap: Snapshot) -> float:
+        """``tail_q``: the age (s) past which a task ranks first -- that quantile of the JCTs
+        of the tasks finished so far in this run (inf until 10 have finished)."""
+        live, done = self._live_arrivals, self._done_jcts
+        tasks = snap.tasks
+        if len(live) != len(tasks) or any(t not in tasks for t in live):
+            now = snap.time_s
+            for tid in [t for t in live if t not in tasks]:
+                bisect.insort(done, now - live.pop(tid))
+            for tid, ts in tasks.items():
+                if tid not in live:
+                    live[tid] = ts.arrival_s
+        if len(done) < 10:
+            return math.inf
+        return done[min(len(done) - 1, int(self.tail_q * len(done)))]
 
     def _build_task_info(self, snap: Snapshot, ts, gen) -> tuple[int, object, bool, float]:
         """The task's Monte Carlo entry for its current version (see ``_task_info``)."""
@@ -601,9 +630,18 @@ class _Context:
                 ids = (tuple(tasks), tuple(keys.get(t, inf) for t in tasks))
             else:
                 ids = (tuple(tasks), ())
+            late_before = -math.inf
+            if pol.tail_q > 0:
+                # tasks that arrived before now - tail age rank first, oldest first
+                late_before = now - pol.tail_age_s(snap)
+                ids = (*ids, sum(1 for t in tasks.values() if t.arrival_s < late_before))
             if pol._rank[0] != ids:
                 if pol.rank_key == "arrival":
                     order = sorted(tasks.values(), key=lambda t: (t.arrival_s, t.task_id))
+                elif late_before > -math.inf:
+                    order = sorted(tasks.values(), key=lambda t: (
+                        (0, t.arrival_s, t.task_id) if t.arrival_s < late_before else
+                        (1, keys.get(t.task_id, inf), t.arrival_s, t.task_id)))
                 else:
                     order = sorted(tasks.values(), key=lambda t: (
                         keys.get(t.task_id, inf), t.arrival_s, t.task_id))

@@ -252,6 +252,10 @@ DEPARTURES: dict[str, tuple[dict, dict]] = {
     "hol_block": ({"hol_block": True}, {"hol_block": False}),
     # more KV headroom for expected output (0.6 instead of 0.5): fewer engine preemptions
     "reserve": ({"reserve_ratio": 0.6}, {"reserve_ratio": 0.5}),
+    # EASY backfilling behind head-of-line blocking: a later candidate is admitted when it is
+    # expected to finish before the blocked request could fit, or fits beside it then (big
+    # single requests no longer leave the engine idle: plan-execute-hard)
+    "backfill": ({"backfill": True}, {"backfill": False}),
 }
 
 
@@ -269,7 +273,7 @@ def flagship_params(off: tuple[str, ...] = ()) -> dict:
 
 @register("topas", "TOPAS, our flagship: the paper's Score and prefix-set search plus context "
           "holds before admission, no preemption, uncapped admissions, rank task priority, "
-          "prefix-group packing by gain per KV token, head-of-line blocking",
+          "prefix-group packing by gain per KV token, head-of-line blocking with backfilling",
           source="TOPAS (arXiv 2608.25523) + our departures (docs/topas.md)")
 def _topas(seed: int = 0, **params) -> TopasHold:
     # ``params`` come checked and converted by make_policy (``off``: a tuple of departures)
