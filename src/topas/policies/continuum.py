@@ -298,7 +298,9 @@ class Continuum:
         # pins: new candidates (just finished calls) in program order, while they fit
         new_pins: dict[tuple[int, str], tuple[float, int]] = {}
         queue_s = None  # the same for every candidate: computed once, when first needed
-        for key, h in sorted(snap.held.items(), key=lambda kv: arrival(kv[0][0])):
+        held = snap.held
+        for key, h in (sorted(held.items(), key=lambda kv: arrival(kv[0][0])) if held
+                       else ()):
             if h.expires_s > now:
                 continue
             if queue_s is None:
@@ -308,7 +310,6 @@ class Continuum:
                 plan.free -= h.tokens
                 plan.needed.add(h.agent)  # a held context keeps its prefix resident
                 new_pins[key] = (now + tau + self.slack_s, h.tokens)
-        running_agents = {r.agent for r in snap.running}
         # request id -> agent of every request considered below (read for those admitted)
         admitted_agents: dict[int, str] = {}
 
@@ -316,13 +317,13 @@ class Continuum:
             # the memory comes back; its prefix is needed only if something else needs it
             plan.free += new_pins.pop(k)[1]
             agent = snap.held[k].agent
-            if agent not in running_agents and all(
+            if all(r.agent != agent for r in snap.running) and all(
                     snap.held[o].agent != agent for o in new_pins) and all(
                     admitted_agents[rid] != agent for rid in plan.admitted):
                 plan.needed.discard(agent)
 
         # pins that may be undone under pressure: their stage is still in its tool call
-        old_pins = {key: h.tokens for key, h in snap.held.items()
+        old_pins = {key: h.tokens for key, h in held.items()
                     if h.expires_s > now and key[0] in snap.tasks
                     and snap.tasks[key[0]].stages[key[1]].status == StageStatus.TOOL}
         release: list[tuple[int, str]] = []
