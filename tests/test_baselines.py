@@ -27,7 +27,7 @@ from topas.engine.snapshot import (
     TaskState,
 )
 from topas.policies import make_policy
-from topas.policies.continuum import best_ttl_s
+from topas.policies.continuum import best_ttl_prefix, best_ttl_s
 from topas.policies.dfs_weight import dfs_weight_order
 from topas.policies.kvflow import steps_to_execution
 from topas.policies.lpm import lpm_order
@@ -344,6 +344,29 @@ def test_continuum_ttl_from_observed_tool_durations():
     assert pol.decide(s).hold == {}
     pol.samples[("w", "s")] = [0.5] * 5
     assert pol.decide(s).hold == {(1, "s"): pytest.approx(1.0 + 0.5 + pol.slack_s)}
+
+
+def test_continuum_ttl_scan_matches_the_loop_exactly():
+    # the policy's scan (kept-sorted samples, prefix sums, from the largest TTL down, early
+    # stop) returns bit for bit what best_ttl_s's loop does, ties and duplicates included
+    import random
+    from bisect import bisect_right
+    from itertools import accumulate
+
+    rng = random.Random(13)
+    for _ in range(3000):
+        n = rng.randint(1, 70)
+        if rng.random() < 0.4:
+            xs = [rng.choice([0.0, 0.5, 1.0, 2.0, 30.0, 31.0]) for _ in range(n)]
+        else:
+            xs = [rng.expovariate(1 / rng.choice([0.1, 1.0, 5.0, 20.0])) for _ in range(n)]
+        benefit = rng.choice([0.0, rng.random(), 10 * rng.random(), 1e6 * rng.random()])
+        cost = rng.choice([0.0, 0.01 * rng.random(), rng.random(), 10 * rng.random()])
+        max_ttl = rng.choice([0.0, 1.0, 5.0, 30.0])
+        srt = sorted(xs)
+        got = best_ttl_prefix(srt, bisect_right(srt, max_ttl), list(accumulate(srt, initial=0.0)),
+                              n, benefit, cost)
+        assert repr(got) == repr(best_ttl_s(xs, benefit, cost, max_ttl))
 
 
 def test_continuum_unpins_younger_program_under_pressure():

@@ -54,6 +54,26 @@ def test_decode_closed_form_equals_stepwise_sum():
         assert COST.decode_run_time(batch, ctx, k) <= t < COST.decode_run_time(batch, ctx, k + 1)
 
 
+def test_decode_steps_within_equals_bisection():
+    # the guess-first search returns what a plain bisection over [0, max_steps] does
+    import random
+
+    rng = random.Random(7)
+    for _ in range(3000):
+        batch, mx = rng.randint(1, 256), rng.randint(1, 5000)
+        ctx = rng.randint(batch, 2_000_000)
+        h = rng.random() * rng.choice([0.01, 0.1, 1.0, 10.0, 100.0])
+        if COST.decode_run_time(batch, ctx, mx) <= h:
+            want = mx
+        else:
+            lo, hi = 0, mx
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if COST.decode_run_time(batch, ctx, mid) <= h else (lo, mid)
+            want = lo
+        assert COST.decode_steps_within(batch, ctx, h, mx) == want
+
+
 def test_time_scaled_profile_multiplies_every_iteration_time():
     # compute-bound prefill, memory-bound decode and the fixed overhead all scale alike
     slow = PROFILE.time_scaled(1.37).cost_model()

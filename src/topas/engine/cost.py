@@ -194,8 +194,21 @@ class CostModel:
         lo, hi = 0, max_steps  # run_time(lo) <= horizon < run_time(hi)
         step0 = self.decode_step_time(batch, context_tokens)
         guess = min(max_steps - 1, int(horizon_s / step0)) if step0 > 0 else 0
-        if guess > 0 and self.decode_run_time(batch, context_tokens, guess) <= horizon_s:
-            lo = guess
+        # the run time grows by at least one iteration's time per step (orders of magnitude
+        # above its rounding), so it is monotone and the answer is the one n with
+        # run_time(n) <= horizon < run_time(n + 1); iterations only get longer, so it is
+        # almost always the guess or the one below: test those before bisecting
+        if guess > 0:
+            if self.decode_run_time(batch, context_tokens, guess) <= horizon_s:
+                lo = guess
+                if self.decode_run_time(batch, context_tokens, guess + 1) > horizon_s:
+                    return guess
+                lo = guess + 1
+            else:
+                hi = guess
+                if self.decode_run_time(batch, context_tokens, guess - 1) <= horizon_s:
+                    return guess - 1
+                hi = guess - 1
         while hi - lo > 1:
             mid = (lo + hi) // 2
             if self.decode_run_time(batch, context_tokens, mid) <= horizon_s:

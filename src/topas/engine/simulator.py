@@ -249,6 +249,7 @@ class Simulator:
         self.ctx_cache: OrderedDict[tuple[int, str], tuple[str, int]] = OrderedDict()
         self.ctx_cache_tokens = 0
         self.history: dict[tuple[str, str], list[StageRecord]] = {}
+        self._history_records = 0  #: records in ``history`` (Snapshot.history_records)
         self.used_kv = 0
         self.host_used = 0
         self._host_lru: list[str] = []
@@ -367,7 +368,7 @@ class Simulator:
             waiting=tuple(self._wreq.values()), waiting_fcfs=True,
             waiting_program=tuple(self._wprog), waiting_ready_sum_s=self._wready_sum,
             tasks=self.tasks, held=dict(self.held), history=self.history,
-            host_used_tokens=self.host_used,
+            host_used_tokens=self.host_used, history_records=self._history_records,
         )
 
     def _decide(self) -> None:
@@ -726,6 +727,7 @@ class Simulator:
         rec = StageRecord(ts.workflow, st.kind, st.agent, st.rounds_done, st.output_tokens,
                           self.now - start, self.now - (st.ready_s or start))
         self.history.setdefault((st.agent, st.kind), []).append(rec)
+        self._history_records += 1
         if ts.stages_done == len(ts.stages):
             ts.done_s = self.now
             del self.tasks[ts.task_id]

@@ -235,6 +235,10 @@ class Snapshot:
     #: when the engine keeps it (the simulator does): the sum of ``ready_s`` over ``waiting``
     #: (s), so the mean time the queue has waited costs O(1) on a long queue
     waiting_ready_sum_s: float | None = None
+    #: when the engine counts them (the simulator does): the number of records in
+    #: ``history`` (all keys), so statistics memoised on the append-only history are
+    #: looked up in O(1) instead of recounted at every event
+    history_records: int | None = None
 
     @property
     def kv_budget_tokens(self) -> int:

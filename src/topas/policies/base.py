@@ -34,6 +34,7 @@ class Policy(Protocol):
 
 _OUT_CACHE: dict[tuple[str, str | None], tuple[object, int, float]] = {}
 _LISTS_CACHE: dict[tuple[str, str | None], tuple[object, int, list]] = {}
+_FAST_CACHE: dict[tuple[str, str | None], tuple[object, int, float]] = {}
 
 
 def expected_call_output(snap: Snapshot, agent: str, kind: str | None = None) -> float:
@@ -41,6 +42,22 @@ def expected_call_output(snap: Snapshot, agent: str, kind: str | None = None) ->
     completed stages of each kind; :data:`DEFAULT_OUTPUT_RESERVE_TOKENS` until any exists.
     History is append-only, so the mean is memoised by the history object (compared by
     identity, never by ``id``, which a later run's history could reuse) and its length."""
+    key = (agent, kind)
+    n_records = snap.history_records
+    if n_records is not None:
+        # the engine counts the records: the same history and count, the same records
+        fast = _FAST_CACHE.get(key)
+        if fast is not None and fast[0] is snap.history and fast[1] == n_records:
+            return fast[2]
+        val = _expected_call_output(snap, agent, kind)
+        if len(_FAST_CACHE) > 4096:
+            _FAST_CACHE.clear()
+        _FAST_CACHE[key] = (snap.history, n_records, val)
+        return val
+    return _expected_call_output(snap, agent, kind)
+
+
+def _expected_call_output(snap: Snapshot, agent: str, kind: str | None) -> float:
     key = (agent, kind)
     # the history's lists of this agent (and kind): the same objects until a key is added
     got = _LISTS_CACHE.get(key)
@@ -52,7 +69,7 @@ def expected_call_output(snap: Snapshot, agent: str, kind: str | None = None) ->
         if len(_LISTS_CACHE) > 4096:
             _LISTS_CACHE.clear()
         _LISTS_CACHE[key] = (snap.history, len(snap.history), lists)
-    seen = sum(len(r) for r in lists)
+    seen = sum(map(len, lists))
     if not seen:
         return float(DEFAULT_OUTPUT_RESERVE_TOKENS)
     hit = _OUT_CACHE.get(key)
@@ -100,7 +117,7 @@ class AdmissionPlan:
         self.snap = snap
         self.reserve_ratio = reserve_ratio
         self._out_cache: dict[str, float] = {}
-        self.free = snap.free_kv_tokens - sum(self.reserve(r) for r in snap.running)
+        self.free = snap.free_kv_tokens - self._running_reserve()
         self.admitted: list[int] = []
         self.evicted: list[str] = []
         self.batch = len(snap.running)
@@ -112,6 +129,32 @@ class AdmissionPlan:
         self._released: dict[str, int] = {}
 
     # -- accounting -------------------------------------------------------------------------
+    def _running_reserve(self) -> int:
+        """``sum(self.reserve(r) for r in snap.running)``, with :meth:`reserve` and
+        :func:`output_reserve` inlined (every decision pays it; the same integers)."""
+        running = self.snap.running
+        if not running:
+            return 0
+        if type(self).reserve is not AdmissionPlan.reserve:  # a subclass's own reserve
+            return sum(self.reserve(r) for r in running)
+        step = self.snap.config.block_size
+        ratio = self.reserve_ratio
+        if ratio <= 0:
+            return sum(max(step, -r.generated_tokens) for r in running)
+        cache = self._out_cache
+        keep: dict[str, int] = {}  # agent -> int(ratio * expected output)
+        tot = 0
+        for r in running:
+            k = keep.get(r.agent)
+            if k is None:
+                exp = cache.get(r.agent)
+                if exp is None:
+                    exp = cache[r.agent] = expected_call_output(self.snap, r.agent)
+                k = keep[r.agent] = int(ratio * exp)
+            left = k - r.generated_tokens
+            tot += left if left > step else step
+        return tot
+
     def reserve(self, r: RequestState) -> int:
         """Headroom kept for ``r``'s future output: at least one block (its next token may
         open one), so an admission never leaves the next iteration without room."""

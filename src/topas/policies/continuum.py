@@ -33,7 +33,10 @@ Terms here, all in seconds (our choices where the paper's summary is not specifi
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Sequence
+from itertools import accumulate
 
 from topas.engine.decision import Decision
 from topas.engine.snapshot import HeldContext, Phase, RequestState, Snapshot, StageStatus
@@ -48,15 +51,23 @@ def best_ttl_s(samples: Sequence[float], benefit_s: float, cost_rate: float,
     """``argmax_tau F(tau) * benefit_s - cost_rate * E[min(T, tau)]`` over the empirical
     distribution ``samples`` of tool durations (s); 0 when no ``tau`` has positive utility.
     The maximum lies at a sample point: ``F`` only jumps there and the cost grows between."""
-    xs = sorted(x for x in samples if x <= max_ttl_s)
-    n_all = len(samples)
+    return best_ttl_sorted(sorted(x for x in samples if x <= max_ttl_s), len(samples),
+                           benefit_s, cost_rate)
+
+
+def best_ttl_sorted(xs: Sequence[float], n_all: int, benefit_s: float,
+                    cost_rate: float) -> float:
+    """:func:`best_ttl_s` given ``xs``, the samples <= ``max_ttl_s`` in ascending order, and
+    ``n_all``, the number of all samples (a policy that keeps its samples sorted as they
+    arrive skips the sort at every decision)."""
     if not xs or n_all == 0:
         return 0.0
     best_tau, best_u = 0.0, 0.0
     below = 0.0  # sum of samples <= tau
+    last = len(xs) - 1
     for i, tau in enumerate(xs):
         below += tau
-        if i + 1 < len(xs) and xs[i + 1] == tau:
+        if i < last and xs[i + 1] == tau:
             continue
         k = i + 1  # samples <= tau
         exp_hold = (below + (n_all - k) * tau) / n_all
@@ -64,6 +75,37 @@ def best_ttl_s(samples: Sequence[float], benefit_s: float, cost_rate: float,
         if u > best_u:
             best_tau, best_u = tau, u
     return best_tau
+
+
+def best_ttl_prefix(xs: Sequence[float], m: int, cum: Sequence[float], n_all: int,
+                    benefit_s: float, cost_rate: float) -> float:
+    """:func:`best_ttl_sorted` of ``xs[:m]``, given ``cum[i] = xs[0] + ... + xs[i-1]``
+    added left to right from 0.0 (``accumulate(xs, initial=0.0)``, the loop's ``below``),
+    scanning from the largest TTL down: every candidate's utility is computed with the same
+    floats as the loop, and the scan stops once ``F(tau) * benefit_s`` (which bounds the
+    utility of that TTL and of every smaller one) falls below the best utility found, so a
+    long queue (a large benefit: the largest TTL wins) costs one or two steps, not a loop
+    over all samples.  Ties go to the smaller TTL, as in the loop.  Needs samples >= 0 and a
+    finite benefit >= 0 and cost rate >= 0; otherwise the loop decides."""
+    if not m or n_all == 0:
+        return 0.0
+    if not (xs[0] >= 0.0 and 0.0 <= benefit_s < math.inf and 0.0 <= cost_rate < math.inf):
+        return best_ttl_sorted(xs[:m], n_all, benefit_s, cost_rate)
+    best_tau, best_u = 0.0, None
+    nxt = None  # xs[i + 1]
+    for i in range(m - 1, -1, -1):
+        tau = xs[i]
+        if nxt == tau:
+            continue  # not the last of its run of equal samples
+        nxt = tau
+        k = i + 1
+        pb = k / n_all * benefit_s
+        if best_u is not None and pb < best_u:
+            break
+        u = pb - cost_rate * ((cum[k] + (n_all - k) * tau) / n_all)
+        if best_u is None or u >= best_u:
+            best_tau, best_u = tau, u
+    return best_tau if best_u is not None and best_u > 0.0 else 0.0
 
 
 def reload_s(snap: Snapshot, h: HeldContext) -> float:
@@ -126,6 +168,12 @@ class Continuum:
         self._tool_start: dict[tuple[int, str], tuple[float, tuple[str, str]]] = {}
         #: (agent, stage kind) -> observed tool durations (s), most recent last
         self.samples: dict[tuple[str, str], list[float]] = {}
+        #: (agent, stage kind) -> [that ``samples`` list, the same values in ascending
+        #: order, their prefix sums (``best_ttl_prefix``) or None], kept up to date by
+        #: ``observe``;
+        #: rebuilt when ``samples`` holds another list or another length (set from outside:
+        #: replace a list, do not edit it in place)
+        self._sorted: dict[tuple[str, str], list] = {}
         #: the largest waiting ``seq`` observed, and the waiting requests seen by (task,
         #: stage): with ``Snapshot.waiting_fcfs`` a decision looks only at new requests and at
         #: those whose stage's tool start it records again (below), not at the whole queue
@@ -149,7 +197,15 @@ class Continuum:
             if got is None or r.round_index == 0 or r.ready_s < got[0]:
                 continue
             hist = self.samples.setdefault(got[1], [])
-            hist.append(r.ready_s - got[0])
+            entry = self._sorted_samples(got[1], hist)
+            x = r.ready_s - got[0]
+            hist.append(x)
+            if entry is not None:
+                srt = entry[1]
+                insort(srt, x)
+                entry[2] = None
+                if len(hist) > self.window:
+                    del srt[bisect_left(srt, hist[0])]
             if len(hist) > self.window:
                 del hist[0]
             del self._tool_start[key]
@@ -187,6 +243,16 @@ class Continuum:
             return new
         return sorted([*old, *new], key=lambda r: r.seq)
 
+    def _sorted_samples(self, key: tuple[str, str], xs: Sequence[float]) -> list | None:
+        """The ``_sorted`` entry of ``xs`` (``samples[key]``): ``xs`` in ascending order,
+        kept incrementally, and its prefix sums once computed.  None if ``xs`` holds a NaN."""
+        got = self._sorted.get(key)
+        if got is None or got[0] is not xs or len(got[1]) != len(xs):
+            if not isinstance(xs, list) or any(x != x for x in xs):
+                return None  # NaN does not sort: best_ttl_s's own order, every time
+            got = self._sorted[key] = [xs, sorted(xs), None]
+        return got
+
     # -- the TTL ----------------------------------------------------------------------------
     def ttl_s(self, snap: Snapshot, h: HeldContext, queue_s: float | None = None) -> float:
         """Continuum's ``tau*`` for the context ``h`` (0 means: do not pin): the benefit of
@@ -204,7 +270,16 @@ class Continuum:
         kind = task.stages[h.stage].kind if task is not None else ""
         xs = self.samples.get((h.agent, kind), ())
         if len(xs) >= self.min_samples:
-            return best_ttl_s(xs, benefit_s, cost_rate, self.max_ttl_s)
+            # the samples are kept sorted (and their prefix sums until they change), so a
+            # decision neither sorts nor loops over them: exactly best_ttl_s's result
+            entry = self._sorted_samples((h.agent, kind), xs)
+            if entry is None or self.max_ttl_s != self.max_ttl_s:
+                return best_ttl_s(xs, benefit_s, cost_rate, self.max_ttl_s)
+            srt = entry[1]
+            if entry[2] is None:
+                entry[2] = list(accumulate(srt, initial=0.0))
+            return best_ttl_prefix(srt, bisect_right(srt, self.max_ttl_s), entry[2], len(xs),
+                                   benefit_s, cost_rate)
         # cold start, T ~ Exp(mean m): U(tau) = (1 - e^{-tau/m}) (Benefit - cost_rate * m)
         return self.max_ttl_s if benefit_s > cost_rate * self.cold_mean_s else 0.0
 
@@ -223,7 +298,9 @@ class Continuum:
         # pins: new candidates (just finished calls) in program order, while they fit
         new_pins: dict[tuple[int, str], tuple[float, int]] = {}
         queue_s = None  # the same for every candidate: computed once, when first needed
-        for key, h in sorted(snap.held.items(), key=lambda kv: arrival(kv[0][0])):
+        held = snap.held
+        for key, h in (sorted(held.items(), key=lambda kv: arrival(kv[0][0])) if held
+                       else ()):
             if h.expires_s > now:
                 continue
             if queue_s is None:
@@ -233,7 +310,6 @@ class Continuum:
                 plan.free -= h.tokens
                 plan.needed.add(h.agent)  # a held context keeps its prefix resident
                 new_pins[key] = (now + tau + self.slack_s, h.tokens)
-        running_agents = {r.agent for r in snap.running}
         # request id -> agent of every request considered below (read for those admitted)
         admitted_agents: dict[int, str] = {}
 
@@ -241,13 +317,13 @@ class Continuum:
             # the memory comes back; its prefix is needed only if something else needs it
             plan.free += new_pins.pop(k)[1]
             agent = snap.held[k].agent
-            if agent not in running_agents and all(
+            if all(r.agent != agent for r in snap.running) and all(
                     snap.held[o].agent != agent for o in new_pins) and all(
                     admitted_agents[rid] != agent for rid in plan.admitted):
                 plan.needed.discard(agent)
 
         # pins that may be undone under pressure: their stage is still in its tool call
-        old_pins = {key: h.tokens for key, h in snap.held.items()
+        old_pins = {key: h.tokens for key, h in held.items()
                     if h.expires_s > now and key[0] in snap.tasks
                     and snap.tasks[key[0]].stages[key[1]].status == StageStatus.TOOL}
         release: list[tuple[int, str]] = []
@@ -255,6 +331,8 @@ class Continuum:
         def undo_pins_for(r, only_younger: bool) -> bool:
             """Undo pins (of programs younger than ``r``'s, or of any) youngest first until
             ``r`` is admitted; returns whether it was."""
+            if not new_pins and not old_pins:
+                return False
             mine = arrival(r.task_id)
             for k in sorted((k for k in (*new_pins, *old_pins)
                              if not only_younger or arrival(k[0]) > mine),
