@@ -54,7 +54,7 @@ from dataclasses import replace
 
 from topas.api import simulate
 from topas.engine.cost import DEFAULT_PROFILE, get_profile
-from topas.engine.simulator import task_lower_bound
+from topas.engine.bounds import task_lower_bound
 from topas.engine.snapshot import StageStatus
 from topas.workflow.model import Task
 from topas.estimators import MonteCarloLP

@@ -27,7 +27,8 @@ from hypothesis import strategies as st
 
 from kv_checks import assert_kv_accounted
 from topas.engine.cost import get_profile
-from topas.engine.simulator import Simulator, context_credit
+from topas.engine.bounds import context_credit
+from topas.engine.simulator import Simulator
 from topas.engine.snapshot import Location
 from topas.policies import list_policies, make_policy
 from topas.workflow.model import Agent, Call, Stage, Task

@@ -12,7 +12,8 @@ import pytest
 
 from topas.engine.cost import get_profile
 from topas.engine.decision import Decision
-from topas.engine.simulator import Simulator, task_lower_bound
+from topas.engine.bounds import task_lower_bound
+from topas.engine.simulator import Simulator
 from topas.policies import make_policy
 from topas.policies.base import AdmissionPlan
 from topas.workloads import get_workload, list_workloads

@@ -39,12 +39,13 @@ from bisect import bisect_left
 import time as _time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
+from topas.engine.bounds import context_credit, task_lower_bound
 from topas.engine.cost import CostModel, Profile
 from topas.engine.decision import Decision, DecisionError
+from topas.engine.records import EngineCounters, RequestRecord, SimResult, TaskRecord
 from topas.engine.snapshot import (
     EngineConfig,
     HeldContext,
@@ -67,77 +68,6 @@ _EVENT_NAMES = {_ARRIVAL: "arrival", _TOOL: "tool", _SWAP_IN: "swap-in", _SWAP_O
 
 class PolicyStalled(RuntimeError):
     """The engine is idle, requests wait, nothing else can happen, and the policy admits none."""
-
-
-@dataclass
-class RequestRecord:
-    request_id: int
-    task_id: int
-    stage: str
-    agent: str
-    round_index: int
-    prompt_tokens: int
-    output_tokens: int
-    ready_s: float
-    admitted_s: float
-    first_token_s: float
-    finished_s: float
-    preemptions: int
-    prefix_hit: bool
-    #: dynamic prompt tokens found in KV at the final admission (a held or cached context)
-    cached_tokens: int = 0
-    #: dynamic prompt tokens prefilled by the final admission (``cached + computed == prompt``;
-    #: output tokens a ``vllm`` preemption recomputes are not counted)
-    computed_tokens: int = 0
-
-
-@dataclass
-class TaskRecord:
-    task_id: int
-    workflow: str
-    arrival_s: float
-    finished_s: float
-    lower_bound_s: float
-    n_requests: int
-
-    @property
-    def jct_s(self) -> float:
-        return self.finished_s - self.arrival_s
-
-
-@dataclass
-class EngineCounters:
-    iterations: int = 0
-    decode_tokens: int = 0
-    prefill_tokens: int = 0
-    busy_s: float = 0.0
-    batch_time_product: float = 0.0  #: sum of batch size x iteration time
-    prefix_hits: int = 0
-    prefix_misses: int = 0
-    swap_in_bytes: int = 0
-    swap_out_bytes: int = 0
-    recomputed_prefix_tokens: int = 0
-    recomputed_tokens: int = 0  #: prefill + decode work redone because of preemption
-    context_hit_tokens: int = 0  #: prompt tokens after the prefix found cached at admission
-    preemptions: int = 0
-    engine_preemptions: int = 0
-    decisions: int = 0
-    peak_kv_tokens: int = 0
-
-
-@dataclass
-class SimResult:
-    policy: str
-    profile: str
-    seed: int
-    tasks: list[TaskRecord]
-    requests: list[RequestRecord]
-    counters: EngineCounters
-    decision_s: list[float]
-    makespan_s: float
-    wall_s: float
-    kv_trace: list[tuple[float, int]] = field(default_factory=list)
-    timeline: list[tuple] = field(default_factory=list)
 
 
 class _Job:
@@ -1031,42 +961,3 @@ class Simulator:
                 f"{len(self.waiting)} waiting request(s) and no pending events, and it admits none")
         raise PolicyStalled(f"engine at t={self.now:.3f}s: {len(self.tasks)} unfinished task(s) "
                             "but nothing waiting, running or scheduled")
-
-
-def context_credit(computed_tokens: int, prompt_tokens: int, block_size: int) -> int:
-    """Dynamic prompt tokens the next call of a stage skips when it finds the previous call's
-    context (held or cached): only tokens whose KV was computed, only whole blocks, and at
-    least one prompt token is left to prefill (vLLM's ``get_computed_blocks`` caps the hit
-    at ``num_tokens - 1`` and matches full blocks only; blocks hold only computed tokens)."""
-    n = min(computed_tokens, prompt_tokens - 1)
-    if n <= 0:
-        return 0
-    return n - n % block_size if block_size > 1 else n
-
-
-def task_lower_bound(task: Task, agents: Mapping[str, Agent], cost: CostModel,
-                     chunk_tokens: int = 8192, block_size: int = 1) -> float:
-    """The task's critical path on an empty engine: every call alone, its agent prefix already
-    resident and the previous call's context of its stage still cached (credited by the
-    engine's rule, :func:`context_credit`, for ``block_size``); tool delays included.
-    No schedule can finish the task sooner."""
-    finish: dict[str, float] = {}
-    for k in task.topological_order():
-        s = task.stages[k]
-        t = max((finish[d] for d in s.deps), default=0.0)
-        prefix = agents[s.agent].prefix_tokens
-        prev_computed = 0
-        for j, c in enumerate(s.calls):
-            cached = context_credit(prev_computed, c.prompt_tokens, block_size)
-            # a cached context saves prefill FLOPs but adds attention over it; in the
-            # memory-bound regime that can cost more than prefilling it again, so the bound
-            # takes whichever is shorter (the engine credits exactly ``cached`` or nothing)
-            t += min(cost.call_time_alone(c.prompt_tokens - cached, c.output_tokens,
-                                          prefix + cached, chunk_tokens),
-                     cost.call_time_alone(c.prompt_tokens, c.output_tokens, prefix,
-                                          chunk_tokens))
-            if j < len(s.calls) - 1:
-                t += c.tool_delay_s
-            prev_computed = c.prompt_tokens + c.output_tokens - 1
-        finish[s.name] = t
-    return max(finish.values())

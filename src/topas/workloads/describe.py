@@ -27,7 +27,7 @@ def describe_workload(name_or_path: str, profile: str = DEFAULT_PROFILE,
     offered load at ``rate`` (tasks/s; the workload's default when None)."""
     # imported here: the workloads package is auto-imported by the registry, and policies
     # that read workload metadata must not pull the simulator in with it
-    from topas.engine.simulator import task_lower_bound
+    from topas.engine.bounds import task_lower_bound
 
     wl = get_workload(name_or_path)
     prof = get_profile(profile)

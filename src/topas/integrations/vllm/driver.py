@@ -31,8 +31,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from topas.engine.simulator import (EngineCounters, RequestRecord, SimResult, TaskRecord,
-                                    task_lower_bound)
+from topas.engine.bounds import task_lower_bound
+from topas.engine.records import EngineCounters, RequestRecord, SimResult, TaskRecord
 from topas.integrations.vllm.tags import make_tag
 from topas.workflow.model import Agent, Call, Stage, Task
 
