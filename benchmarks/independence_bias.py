@@ -111,11 +111,17 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def run(workload: str, seed: int, n_tasks: int, rate: float, warmup: int) -> dict:
+def run(workload: str, seed: int, n_tasks: int, rate: float, warmup: int,
+        residuals: tuple[str, ...] = ("independent",)) -> dict:
+    """One run of the ``topas`` policy; every estimator in ``residuals`` (``independent``:
+    TOPAS's; ``correlated``: the copula, topas.estimators.copula) watches the same run, so
+    their figures are paired by task."""
     wl = get_workload(workload)
     tasks, factors = wl.sample_with_factors(n_tasks, rate, np.random.default_rng(seed))
-    mc = MonteCarloLP(EmpiricalResidual(), n_samples=64, seed=seed)  # TOPAS's configuration
-    est: dict[str, dict[int, tuple[float, float, float]]] = {p: {} for p in POINTS}
+    # TOPAS's configuration (64 rows, the policy's seed), independent or correlated
+    mcs = {name: MonteCarloLP(EmpiricalResidual(), n_samples=64, seed=seed,
+                              correlated=name == "correlated") for name in residuals}
+    est: dict[str, dict[int, tuple]] = {p: {} for p in POINTS}
     states = {}
 
     def observe(snap, _dec) -> None:
@@ -127,11 +133,16 @@ def run(workload: str, seed: int, n_tasks: int, rate: float, warmup: int) -> dic
             elif (tid not in est["midway"] and 2 * ts.stages_done >= len(ts.stages)
                   and any(s.status != StageStatus.DONE for s in ts.stages.values())):
                 point = "midway"
-            if point is not None:
+            vals = []
+            for mc in mcs.values():
+                # every estimator sees every task version (its online learning needs them)
                 e = mc.entry(snap, ts)
-                # E[LP], and the sum of the stages' mean residuals (no max: marginals only)
-                est[point][tid] = (snap.time_s, e.expected_lp(snap.time_s),
-                                   float(e._z_at(snap.time_s).mean(axis=0).sum()))
+                if point is not None:
+                    # E[LP], and the sum of the stages' mean residuals (no max: marginals)
+                    vals.append((e.expected_lp(snap.time_s),
+                                 float(e._z_at(snap.time_s).mean(axis=0).sum())))
+            if point is not None:
+                est[point][tid] = (snap.time_s, vals)
 
     res = simulate(workload, "topas", rate=rate, n_tasks=n_tasks, seed=seed, tasks=tasks,
                    on_decision=observe)
@@ -139,13 +150,14 @@ def run(workload: str, seed: int, n_tasks: int, rate: float, warmup: int) -> dic
     out = {"factor": np.array(factors[warmup:])}
     for p in POINTS:
         ids = [i for i in range(warmup, n_tasks) if i in est[p]]
-        e = np.array([est[p][i][1] for i in ids])
         r = np.array([realised_remaining(states[i], est[p][i][0]) for i in ids])
-        es = np.array([est[p][i][2] for i in ids])
         rs = np.array([realised_stage_sum(states[i], est[p][i][0]) for i in ids])
         keep = r > 0
-        out[p] = (np.array(ids)[keep], e[keep], r[keep])
-        out[p + "/sum"] = float((es - rs).sum() / rs.sum())
+        for k, name in enumerate(residuals):
+            e = np.array([est[p][i][1][k][0] for i in ids])
+            es = np.array([est[p][i][1][k][1] for i in ids])
+            out[(name, p)] = (np.array(ids)[keep], e[keep], r[keep])
+            out[(name, p + "/sum")] = float((es - rs).sum() / rs.sum())
     return out
 
 
@@ -188,25 +200,33 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=20, help="first tasks left out")
     ap.add_argument("--iso-tasks", type=int, default=300,
                     help="tasks per seed for the isolated-path shuffle table")
+    ap.add_argument("--residual", choices=("independent", "correlated", "both"),
+                    default="independent", help="the estimator measured: TOPAS's independent "
+                    "residuals, the correlated ones (topas.estimators.copula), or both on "
+                    "the same runs with their paired difference")
+    ap.add_argument("--no-iso", action="store_true", help="skip the isolated-path table")
     args = ap.parse_args()
+    residuals = (("independent", "correlated") if args.residual == "both"
+                 else (args.residual,))
     t0 = time.perf_counter()
     print(f"seeds {args.seeds}; {args.tasks} tasks per run, first {args.warmup} left out; "
           f"policy topas; mean over seeds +- 95 % t half-width")
-    print("| workload | point | mean relative bias | bias of the mean | Spearman rho | "
-          "easiest third: mean relative bias | hardest third: mean relative bias | "
-          "marginals only: bias of summed stage means |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| workload | estimator | point | mean relative bias | bias of the mean | "
+          "Spearman rho | easiest third: mean relative bias | hardest third: mean relative "
+          "bias | marginals only: bias of summed stage means |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for base, hard in PAIRS:
         rate = get_workload(base).default_rate
         per: dict[str, list[dict]] = {}
         for name in (base, hard):
-            per[name] = [run(name, s, args.tasks, rate, args.warmup) for s in args.seeds]
-        for p in POINTS:
+            per[name] = [run(name, s, args.tasks, rate, args.warmup, residuals)
+                         for s in args.seeds]
+        for p, res_name in ((p, rn) for p in POINTS for rn in residuals):
             rel = {}
             for name in (base, hard):
                 rows = {"rel": [], "mean": [], "rho": [], "low": [], "top": []}
                 for o in per[name]:
-                    ids, e, r = o[p]
+                    ids, e, r = o[(res_name, p)]
                     rows["rel"].append(float(np.mean((e - r) / r)))
                     rows["mean"].append(float((e - r).sum() / r.sum()))
                     rows["rho"].append(spearman(e, r))
@@ -221,12 +241,33 @@ def main() -> None:
                 cells.append("{:.3f} +- {:.3f}".format(*ci95(rows["rho"])))
                 for k in ("low", "top"):
                     cells.append("{:+.3f} +- {:.3f}".format(*ci95(rows[k])) if rows[k] else "-")
-                cells.append("{:+.3f} +- {:.3f}".format(*ci95([o[p + "/sum"]
+                cells.append("{:+.3f} +- {:.3f}".format(*ci95([o[(res_name, p + "/sum")]
                                                                for o in per[name]])))
-                print(f"| {name} | {p} | " + " | ".join(cells) + " |")
+                print(f"| {name} | {res_name} | {p} | " + " | ".join(cells) + " |")
             d = [a - b for a, b in zip(rel[hard], rel[base])]
-            print(f"| {hard} minus {base} (paired) | {p} | "
+            print(f"| {hard} minus {base} (paired) | {res_name} | {p} | "
                   "{:+.3f} +- {:.3f} | | | | | |".format(*ci95(d)))
+        if len(residuals) == 2:
+            # the same tasks, the same run: correlated minus independent, per seed
+            for name in (base, hard):
+                for p in POINTS:
+                    cells = []
+                    for stat in ("rel", "rho"):
+                        d = []
+                        for o in per[name]:
+                            (_, e0, r), (_, e1, _) = o[(residuals[0], p)], o[(residuals[1], p)]
+                            if stat == "rel":
+                                d.append(float(np.mean(np.abs(e1 - r) / r)
+                                               - np.mean(np.abs(e0 - r) / r)))
+                            else:
+                                d.append(spearman(e1, r) - spearman(e0, r))
+                        cells.append("{:+.3f} +- {:.3f}".format(*ci95(d)))
+                    print(f"| {name} | correlated minus independent (paired) | {p} | "
+                          f"mean abs. relative error {cells[0]} | | Spearman {cells[1]} "
+                          "| | | |")
+    if args.no_iso:
+        print(f"wall {time.perf_counter() - t0:.0f} s")
+        return
     print()
     print(f"isolated stage services, {args.iso_tasks} tasks per seed, same seeds: "
           f"mean critical path with stage times shuffled across tasks vs as sampled")

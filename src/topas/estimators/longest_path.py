@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from topas.engine.snapshot import Snapshot, StageStatus, TaskState
+from topas.estimators.copula import TaskFactor
 from topas.estimators.residual import EmpiricalResidual, ResidualModel
 
 #: default number of Monte Carlo rows per task
@@ -117,10 +118,19 @@ class MonteCarloLP:
     """
 
     def __init__(self, residual: ResidualModel | None = None, n_samples: int = DEFAULT_SAMPLES,
-                 seed: int = 0) -> None:
+                 seed: int = 0, correlated: bool = False) -> None:
         if n_samples < 1:
             raise ValueError(f"n_samples {n_samples}: must be >= 1")
         self.residual = residual if residual is not None else EmpiricalResidual()
+        #: ``correlated``: stages of a task are read at correlated quantiles learned online
+        #: (:class:`topas.estimators.copula.TaskFactor`, review H1); needs a residual model
+        #: with a ``pool`` (EmpiricalResidual)
+        self.copula: TaskFactor | None = None
+        if correlated:
+            if not hasattr(self.residual, "pool"):
+                raise ValueError("MonteCarloLP: correlated=True needs a residual model with "
+                                 f"pools (EmpiricalResidual), got {type(self.residual).__name__}")
+            self.copula = TaskFactor(seed=seed, n_samples=n_samples)
         self.n_samples = n_samples
         self.seed = seed
         self._entries: dict[int, TaskMC] = {}
@@ -128,7 +138,7 @@ class MonteCarloLP:
         #: (task_id, stage) -> (residual array, its sample column): a stage whose residual
         #: model returned the very same array object reuses the column (identity, and the
         #: array is kept alive here so its identity cannot be reused)
-        self._cols: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
+        self._cols: dict[tuple[int, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._history_ref = -1
 
     def _u(self, task: TaskState) -> np.ndarray:
@@ -144,6 +154,8 @@ class MonteCarloLP:
         for tid in [t for t in self._entries if t not in active]:
             del self._entries[tid]
             self._uniforms.pop(tid, None)
+            if self.copula is not None:
+                self.copula.forget(tid)
         for key in [k for k in self._cols if k[0] not in active]:
             del self._cols[key]
 
@@ -159,6 +171,8 @@ class MonteCarloLP:
             self._entries.clear()
             self._uniforms.clear()
             self._cols.clear()
+            if self.copula is not None:
+                self.copula.reset()
             self._history_ref = snap.history
         e = self._entries.get(task.task_id)
         if e is not None and e.version == task.version:
@@ -167,6 +181,8 @@ class MonteCarloLP:
             generated = {(r.task_id, r.stage): r.generated_tokens for r in snap.running
                          if r.task_id == task.task_id}
         u = self._u(task)
+        if self.copula is not None:
+            u = self.copula.uniforms(snap, task, u, self.residual.pool)
         names: list[str] = []
         cols: list[np.ndarray] = []
         ready: list[int] = []
@@ -182,16 +198,16 @@ class MonteCarloLP:
             m = len(vals)
             ckey = (task.task_id, name)
             hit = cols_cache.get(ckey)
-            if hit is not None and hit[0] is vals:
+            if hit is not None and hit[0] is vals and hit[2] is u:
                 # the same memoised residual array (e.g. an unconditioned pool that did not
-                # grow): the column of this task's fixed uniforms is the same too
+                # grow) read at the same uniforms: the same column
                 col = hit[1]
             else:
                 if m == 1:
                     col = np.full(self.n_samples, float(vals[0]))
                 else:
                     col = vals[(u[:, stage_cols[name]] * m).astype(np.int64)]
-                cols_cache[ckey] = (vals, col)
+                cols_cache[ckey] = (vals, col, u)
             k = len(names)
             names.append(name)
             cols.append(col)

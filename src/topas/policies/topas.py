@@ -171,6 +171,9 @@ class Topas:
              "beside it then (EASY backfilling)"),
         choice("group_agents", "none", ("none", "best", "density"), "GREEDYPACK order: by "
                "gain, agent groups following candidates, or groups by gain per KV token"),
+        choice("residual", "independent", ("independent", "correlated"), "E[LP]'s stage "
+               "residuals: independent (the paper), or correlated within a task by a factor "
+               "learned online (topas.estimators.copula, review H1)"),
     )
 
     def __init__(self, seed: int = 0, M: int = DEFAULTS["M"], K: int = DEFAULTS["K"],
@@ -183,7 +186,8 @@ class Topas:
                  revoke_value: str = "credit", max_preempt: int | None = None,
                  age_form: str = "log", hol_block: bool = False, group_agents: str = "none",
                  rank_key: str = "arrival", size_weight: float = 1.0, backfill: bool = False,
-                 tail_q: float = 0.0, name: str = "topas-paper") -> None:
+                 tail_q: float = 0.0, residual: str = "independent",
+                 name: str = "topas-paper") -> None:
         if M < 0 or K < 1:
             raise ValueError(f"topas: M={M} must be >= 0 and K={K} >= 1")
         if beta < 0 or rho < 0:
@@ -238,7 +242,12 @@ class Topas:
         self.reuse, self.aging = reuse, aging
         self.use_move, self.use_redo, self.use_revoke = move, redo, revoke
         self.seed = seed
-        self.mc = MonteCarloLP(EmpiricalResidual(), n_samples=n_samples, seed=seed)
+        if residual not in ("independent", "correlated"):
+            raise ValueError(f"topas: residual={residual!r} must be 'independent' or "
+                             "'correlated'")
+        self.residual = residual
+        self.mc = MonteCarloLP(EmpiricalResidual(), n_samples=n_samples, seed=seed,
+                               correlated=residual == "correlated")
         self._lookahead: dict[int, tuple[int, tuple[str, ...]]] = {}
         self._la_counts: dict[str, int] = {}  #: n_a(t) summed over ``_lookahead``
         self._median: tuple[int, float] = (-1, 0.0)

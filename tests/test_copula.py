@@ -1,0 +1,120 @@
+"""Correlated residuals (topas.estimators.copula, review H1): what the task factor learns and
+how it moves a task's estimate and a decision."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from topas.engine.snapshot import StageRecord
+from topas.engine.snapshot import StageStatus as S
+from topas.estimators import MonteCarloLP
+from topas.estimators.copula import TaskFactor, norm_cdf
+from topas.policies import make_policy
+
+from test_topas_fixtures import make_prefix, make_request, make_snapshot, make_task
+
+CHAIN = {"a": ("A", (), S.DONE), "b": ("B", ("a",), S.DONE), "c": ("C", ("b",), S.READY)}
+
+
+def pools() -> dict:
+    """Pools of the three stage kinds: output tokens 100..1000 for a and b; c takes 1-10 s."""
+    return {("A", "a"): [StageRecord("t", "a", "A", 1, 100 * k, 1.0, 1.0) for k in range(1, 11)],
+            ("B", "b"): [StageRecord("t", "b", "B", 1, 100 * k, 1.0, 1.0) for k in range(1, 11)],
+            ("C", "c"): [StageRecord("t", "c", "C", 1, 100, float(k), float(k))
+                         for k in range(1, 11)]}
+
+
+def done_chain(task_id: int, tok_a: int, tok_b: int, arrival_s: float = 0.0):
+    t = make_task(task_id, CHAIN, arrival_s=arrival_s)
+    t.stages["a"].output_tokens, t.stages["b"].output_tokens = tok_a, tok_b
+    t.stages_done = 2
+    return t
+
+
+def trained(correlated_training: bool, hist: dict) -> tuple[MonteCarloLP, object]:
+    """An estimator that has seen 40 tasks whose stages a and b are equally hard (or
+    oppositely hard)."""
+    mc = MonteCarloLP(n_samples=4000, seed=1, correlated=True)
+    prefixes = [make_prefix(a, 100, True) for a in "ABC"]
+    train = [done_chain(100 + i, 100 * (i % 10 + 1),
+                        100 * (i % 10 + 1) if correlated_training else 100 * (10 - i % 10))
+             for i in range(40)]
+    snap = make_snapshot(tasks=train, prefixes=prefixes, hist=hist)
+    for t in train:
+        mc.entry(snap, t)
+    return mc, prefixes
+
+
+def test_norm_cdf_matches_the_error_function():
+    xs = np.linspace(-6, 6, 241)
+    want = np.array([0.5 * (1 + math.erf(x / math.sqrt(2))) for x in xs])
+    assert np.max(np.abs(norm_cdf(xs) - want)) < 2e-7
+
+
+def test_the_factor_learns_within_task_correlation_and_only_that():
+    hist = pools()
+    mc, _ = trained(True, hist)
+    # 40 pairs (80 ordered) of equal scores, shrunk by 80 / (80 + 20)
+    assert mc.copula.a2 == pytest.approx(0.8)
+    mc_anti, _ = trained(False, hist)
+    assert mc_anti.copula.a2 == 0.0
+
+
+def test_a_hard_start_lengthens_the_rest_and_an_easy_one_shortens_it():
+    hist = pools()
+    mc, prefixes = trained(True, hist)
+    indep = MonteCarloLP(n_samples=4000, seed=1)
+    hard, easy = done_chain(1, 1000, 1000), done_chain(2, 100, 100)
+    snap = make_snapshot(tasks=[hard, easy], prefixes=prefixes, hist=hist)
+    base = indep.expected_remaining_s(snap, hard)
+    assert base == pytest.approx(5.5, rel=0.05)  # c's pool mean, whatever a and b showed
+    assert indep.expected_remaining_s(snap, easy) == pytest.approx(base, rel=0.02)
+    assert mc.expected_remaining_s(snap, hard) > base + 2.0
+    assert mc.expected_remaining_s(snap, easy) < base - 2.0
+
+
+def test_without_correlation_the_samples_are_the_independent_ones_exactly():
+    hist = pools()
+    mc, prefixes = trained(False, hist)
+    indep = MonteCarloLP(n_samples=4000, seed=1)
+    t = done_chain(1, 1000, 1000)
+    snap = make_snapshot(tasks=[t], prefixes=prefixes, hist=hist)
+    assert mc.expected_remaining_s(snap, t) == indep.expected_remaining_s(snap, t)
+
+
+def test_parallel_stages_sharing_a_factor_have_a_smaller_maximum():
+    # a fan-out of 8 unstarted stages of one kind: with a2 > 0 and nothing observed their
+    # marginals are unchanged but they move together, so E[max] falls toward the mean
+    hist = pools()
+    mc, prefixes = trained(True, hist)
+    fan = make_task(3, {f"m{k}": ("C", (), S.READY) for k in range(8)}, kind="c")
+    snap = make_snapshot(tasks=[fan], prefixes=prefixes, hist=hist)
+    indep = MonteCarloLP(n_samples=4000, seed=1).expected_remaining_s(snap, fan)
+    corr = mc.expected_remaining_s(snap, fan)
+    assert indep > 8.5  # the max of 8 independent draws of 1..10 s
+    assert 5.5 < corr < indep - 0.8
+
+
+def test_correlated_residuals_let_a_size_rank_put_the_easy_task_first():
+    # two tasks wait with stage c ready and room for one; they look alike to the independent
+    # estimator (same pool for c), so the size rank keeps arrival order (the hard task, 5 s
+    # older); the correlated one sees that the younger task was easy so far
+    hist = pools()
+    prefixes = [make_prefix(a, 100, True) for a in "ABC"]
+    train = [done_chain(100 + i, 100 * (i % 10 + 1), 100 * (i % 10 + 1)) for i in range(40)]
+    for residual, want in (("independent", (1,)), ("correlated", (2,))):
+        pol = make_policy("topas", seed=1, rank_key="remaining", size_weight=10,
+                          residual=residual, n_samples=4000)
+        # the policy's estimator learns from 40 tasks whose stages a and b are equally hard
+        snap0 = make_snapshot(tasks=train, prefixes=prefixes, hist=hist)
+        for t in train:
+            pol.mc.entry(snap0, t)
+        hard, easy = done_chain(1, 1000, 1000, 0.0), done_chain(2, 100, 100, 5.0)
+        reqs = [make_request(1, hard, "c", 1000, 100, ready_s=6.0),
+                make_request(2, easy, "c", 1000, 100, ready_s=6.0)]
+        snap = make_snapshot(time_s=7.0, budget=300 + 1000 + 600, prefixes=prefixes,
+                             waiting=reqs, tasks=[hard, easy], hist=hist)
+        assert pol.decide(snap).admit == want, residual
