@@ -11,7 +11,7 @@ import pytest
 from topas.engine.snapshot import StageRecord
 from topas.engine.snapshot import StageStatus as S
 from topas.estimators import MonteCarloLP
-from topas.estimators.copula import TaskFactor, norm_cdf
+from topas.estimators.copula import norm_cdf
 from topas.policies import make_policy
 
 from test_topas_fixtures import make_prefix, make_request, make_snapshot, make_task
