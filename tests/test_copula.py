@@ -118,3 +118,26 @@ def test_correlated_residuals_let_a_size_rank_put_the_easy_task_first():
         snap = make_snapshot(time_s=7.0, budget=300 + 1000 + 600, prefixes=prefixes,
                              waiting=reqs, tasks=[hard, easy], hist=hist)
         assert pol.decide(snap).admit == want, residual
+
+
+def test_size_gate_uses_the_size_key_only_once_correlation_is_learned():
+    hist = pools()
+    prefixes = [make_prefix(a, 100, True) for a in "ABC"]
+    hard, easy = done_chain(1, 1000, 1000, 0.0), done_chain(2, 100, 100, 5.0)
+    reqs = [make_request(1, hard, "c", 1000, 100, ready_s=6.0),
+            make_request(2, easy, "c", 1000, 100, ready_s=6.0)]
+    snap = make_snapshot(time_s=7.0, budget=300 + 1000 + 600, prefixes=prefixes,
+                         waiting=reqs, tasks=[hard, easy], hist=hist)
+    for n_train, want in ((0, (1,)), (40, (2,))):
+        pol = make_policy("topas", seed=1, rank_key="remaining", size_weight=10,
+                          residual="correlated", n_samples=4000, size_gate=0.5)
+        train = [done_chain(100 + i, 100 * (i % 10 + 1), 100 * (i % 10 + 1))
+                 for i in range(n_train)]
+        snap0 = make_snapshot(tasks=train, prefixes=prefixes, hist=hist)
+        for t in train:
+            pol.mc.entry(snap0, t)
+        # untrained: a2 = 0 < 0.5, so arrival order; trained: a2 = 0.8, the size key
+        assert pol.size_key_on() == (n_train > 0)
+        assert pol.decide(snap).admit == want
+    with pytest.raises(ValueError, match="size_gate"):
+        make_policy("topas", seed=1, size_gate=0.5)  # needs residual=correlated

@@ -162,6 +162,9 @@ class Topas:
                "change (remaining; a large size_weight gives SRPT order)"),
         real("size_weight", 1.0, "seconds of arrival one second of expected path is worth in "
              "the rank key (rank_key finish or remaining)", hi=1e6),
+        real("size_gate", 0.0, "with a size rank key and residual=correlated: use the "
+             "size key only while the learned within-task correlation a^2 is at least this "
+             "(0: always)", hi=1.0),
         real("tail_q", 0.0, "with rank aging: a task older than this quantile of the "
              "run's finished tasks' JCTs ranks ahead of every task that is not, oldest first "
              "(bounds overtaking by a size rank key; 0: off)", hi=0.999),
@@ -186,7 +189,7 @@ class Topas:
                  revoke_value: str = "credit", max_preempt: int | None = None,
                  age_form: str = "log", hol_block: bool = False, group_agents: str = "none",
                  rank_key: str = "arrival", size_weight: float = 1.0, backfill: bool = False,
-                 tail_q: float = 0.0, residual: str = "independent",
+                 tail_q: float = 0.0, residual: str = "independent", size_gate: float = 0.0,
                  name: str = "topas-paper") -> None:
         if M < 0 or K < 1:
             raise ValueError(f"topas: M={M} must be >= 0 and K={K} >= 1")
@@ -246,6 +249,10 @@ class Topas:
             raise ValueError(f"topas: residual={residual!r} must be 'independent' or "
                              "'correlated'")
         self.residual = residual
+        if not 0 <= size_gate <= 1 or (size_gate > 0 and residual != "correlated"):
+            raise ValueError(f"topas: size_gate={size_gate} must be in [0, 1] and needs "
+                             "residual='correlated'")
+        self.size_gate = size_gate
         self.mc = MonteCarloLP(EmpiricalResidual(), n_samples=n_samples, seed=seed,
                                correlated=residual == "correlated")
         self._lookahead: dict[int, tuple[int, tuple[str, ...]]] = {}
@@ -297,6 +304,14 @@ class Topas:
                 del self._task_info[tid]
                 self._rank_keys.pop(tid, None)
             self.mc.forget_finished(snap.tasks)
+
+    def size_key_on(self) -> bool:
+        """Whether the size rank key is used now: always, or (``size_gate``) while the
+        estimator's learned within-task correlation is at least ``size_gate``."""
+        if self.size_gate <= 0:
+            return True
+        cop = self.mc.copula
+        return cop is not None and cop.a2 >= self.size_gate
 
     def tail_age_s(self, snap: Snapshot) -> float:
         """``tail_q``: the age (s) past which a task ranks first -- that quantile of the JCTs
@@ -626,7 +641,8 @@ class _Context:
             # strict-ish task priority: a task's weight grows with the number of unfinished
             # tasks that arrived after it (g_i = 1 + rho * younger_i)
             # memoised by the set of unfinished tasks (in the snapshot's order)
-            if pol.rank_key != "arrival":
+            by_size = pol.rank_key != "arrival" and pol.size_key_on()
+            if by_size:
                 # the keys of tasks whose state changed are estimated first (a task never
                 # estimated ranks last)
                 for r in snap.waiting:
@@ -645,7 +661,7 @@ class _Context:
                 late_before = now - pol.tail_age_s(snap)
                 ids = (*ids, sum(1 for t in tasks.values() if t.arrival_s < late_before))
             if pol._rank[0] != ids:
-                if pol.rank_key == "arrival":
+                if not by_size:
                     order = sorted(tasks.values(), key=lambda t: (t.arrival_s, t.task_id))
                 elif late_before > -math.inf:
                     order = sorted(tasks.values(), key=lambda t: (
