@@ -98,46 +98,48 @@ def test_parallel_stages_sharing_a_factor_have_a_smaller_maximum():
     assert 5.5 < corr < indep - 0.8
 
 
+PREFIXES = [make_prefix(a, 100, True) for a in "ABC"]
+
+
+def train_policy(pol, hist: dict, n_tasks: int = 40) -> None:
+    """The policy's estimator learns from ``n_tasks`` tasks whose stages a and b are equally
+    hard."""
+    train = [done_chain(100 + i, 100 * (i % 10 + 1), 100 * (i % 10 + 1)) for i in range(n_tasks)]
+    snap0 = make_snapshot(tasks=train, prefixes=PREFIXES, hist=hist)
+    for t in train:
+        pol.mc.entry(snap0, t)
+
+
+def hard_and_easy_waiting(hist: dict):
+    """Two tasks wait with stage c ready and room for one: task 1 (5 s older) was hard in a
+    and b, task 2 easy."""
+    hard, easy = done_chain(1, 1000, 1000, 0.0), done_chain(2, 100, 100, 5.0)
+    reqs = [make_request(1, hard, "c", 1000, 100, ready_s=6.0),
+            make_request(2, easy, "c", 1000, 100, ready_s=6.0)]
+    return make_snapshot(time_s=7.0, budget=300 + 1000 + 600, prefixes=PREFIXES,
+                         waiting=reqs, tasks=[hard, easy], hist=hist)
+
+
 def test_correlated_residuals_let_a_size_rank_put_the_easy_task_first():
-    # two tasks wait with stage c ready and room for one; they look alike to the independent
-    # estimator (same pool for c), so the size rank keeps arrival order (the hard task, 5 s
-    # older); the correlated one sees that the younger task was easy so far
+    # the two tasks look alike to the independent estimator (same pool for c), so the size
+    # rank keeps arrival order (the hard, older task); the correlated one sees that the
+    # younger task was easy so far
     hist = pools()
-    prefixes = [make_prefix(a, 100, True) for a in "ABC"]
-    train = [done_chain(100 + i, 100 * (i % 10 + 1), 100 * (i % 10 + 1)) for i in range(40)]
     for residual, want in (("independent", (1,)), ("correlated", (2,))):
         pol = make_policy("topas", seed=1, rank_key="remaining", size_weight=10,
                           residual=residual, n_samples=4000)
-        # the policy's estimator learns from 40 tasks whose stages a and b are equally hard
-        snap0 = make_snapshot(tasks=train, prefixes=prefixes, hist=hist)
-        for t in train:
-            pol.mc.entry(snap0, t)
-        hard, easy = done_chain(1, 1000, 1000, 0.0), done_chain(2, 100, 100, 5.0)
-        reqs = [make_request(1, hard, "c", 1000, 100, ready_s=6.0),
-                make_request(2, easy, "c", 1000, 100, ready_s=6.0)]
-        snap = make_snapshot(time_s=7.0, budget=300 + 1000 + 600, prefixes=prefixes,
-                             waiting=reqs, tasks=[hard, easy], hist=hist)
-        assert pol.decide(snap).admit == want, residual
+        train_policy(pol, hist)
+        assert pol.decide(hard_and_easy_waiting(hist)).admit == want, residual
 
 
 def test_size_gate_uses_the_size_key_only_once_correlation_is_learned():
     hist = pools()
-    prefixes = [make_prefix(a, 100, True) for a in "ABC"]
-    hard, easy = done_chain(1, 1000, 1000, 0.0), done_chain(2, 100, 100, 5.0)
-    reqs = [make_request(1, hard, "c", 1000, 100, ready_s=6.0),
-            make_request(2, easy, "c", 1000, 100, ready_s=6.0)]
-    snap = make_snapshot(time_s=7.0, budget=300 + 1000 + 600, prefixes=prefixes,
-                         waiting=reqs, tasks=[hard, easy], hist=hist)
     for n_train, want in ((0, (1,)), (40, (2,))):
         pol = make_policy("topas", seed=1, rank_key="remaining", size_weight=10,
                           residual="correlated", n_samples=4000, size_gate=0.5)
-        train = [done_chain(100 + i, 100 * (i % 10 + 1), 100 * (i % 10 + 1))
-                 for i in range(n_train)]
-        snap0 = make_snapshot(tasks=train, prefixes=prefixes, hist=hist)
-        for t in train:
-            pol.mc.entry(snap0, t)
+        train_policy(pol, hist, n_train)
         # untrained: a2 = 0 < 0.5, so arrival order; trained: a2 = 0.8, the size key
         assert pol.size_key_on() == (n_train > 0)
-        assert pol.decide(snap).admit == want
+        assert pol.decide(hard_and_easy_waiting(hist)).admit == want
     with pytest.raises(ValueError, match="size_gate"):
         make_policy("topas", seed=1, size_gate=0.5)  # needs residual=correlated

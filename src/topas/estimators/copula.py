@@ -30,12 +30,14 @@ residual is read at by correlated ones, leaving every stage's marginal (its pool
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 
 from topas.engine.snapshot import Snapshot, StageStatus, TaskState
 
 _SQRT1_2 = 1.0 / math.sqrt(2.0)
+_STD_NORMAL = NormalDist()
 
 
 def norm_cdf(x: np.ndarray) -> np.ndarray:
@@ -50,8 +52,7 @@ def norm_cdf(x: np.ndarray) -> np.ndarray:
 
 def norm_ppf(p: float) -> float:
     """``Phi^-1(p)`` for ``0 < p < 1`` (the standard library's inverse normal CDF)."""
-    from statistics import NormalDist
-    return NormalDist().inv_cdf(p)
+    return _STD_NORMAL.inv_cdf(p)
 
 
 class TaskFactor:
@@ -138,7 +139,7 @@ class TaskFactor:
 
     def uniforms(self, snap: Snapshot, task: TaskState, u: np.ndarray, pool) -> np.ndarray:
         """Sampling quantiles ``(S, stages)`` for the task's stages (columns in
-        ``task.stages`` order, like ``u``): ``u`` itself while ``a^2 = 0``.  ``pool(snap,
+        ``task.order``, like ``u``): ``u`` itself while ``a^2 = 0``.  ``pool(snap,
         agent, kind)`` gives the (service, rounds, output tokens) pool of a stage kind."""
         scores = self._observe(snap, task, pool)
         a2 = self.a2
