@@ -35,6 +35,8 @@ decision.  Decisions are validated; an infeasible one raises
 from __future__ import annotations
 
 import heapq
+import itertools
+import math
 from bisect import bisect_left
 import time as _time
 from collections import OrderedDict
@@ -63,8 +65,12 @@ from topas.workflow.model import MAX_TIME_S, Agent, Task, validate_fits, validat
 
 # event kinds (heap entries are (time, seq, kind, payload))
 _ARRIVAL, _TOOL, _SWAP_IN, _SWAP_OUT, _HOLD = range(5)
+# cluster mode only (engine/cluster.py): a request routed here, a context whose stage a router
+# moved elsewhere, a task finished on another replica
+_INJECT, _FORGET, _TASK_DONE = range(5, 8)
 _EVENT_NAMES = {_ARRIVAL: "arrival", _TOOL: "tool", _SWAP_IN: "swap-in", _SWAP_OUT: "swap-out",
-                _HOLD: "hold-expiry"}
+                _HOLD: "hold-expiry", _INJECT: "routed", _FORGET: "route-away",
+                _TASK_DONE: "task-done"}
 
 class PolicyStalled(RuntimeError):
     """The engine is idle, requests wait, nothing else can happen, and the policy admits none."""
@@ -134,16 +140,7 @@ class Simulator:
         if self.config.block_size < 1:
             raise ValueError(f"block_size {self.config.block_size}: must be >= 1")
         self.agents = dict(agents)
-        for t in tasks:
-            validate_task(t, self.agents)  # (a non-finite arrival time is a WorkflowError)
-            if not abs(t.arrival_s) <= MAX_TIME_S:
-                raise ValueError(f"task {t.task_id}: arrival time {t.arrival_s!r} s is beyond "
-                                 f"{MAX_TIME_S:.0e} s, where simulated times lose precision "
-                                 "(a rate too low?)")
-            validate_fits(t, self.agents, budget, self.config.block_size)
-        self.tasks_in = sorted(tasks, key=lambda t: (t.arrival_s, t.task_id))
-        if len({t.task_id for t in tasks}) != len(tasks):
-            raise ValueError("tasks: task ids must be unique")
+        self.tasks_in = validate_tasks(tasks, self.agents, budget, self.config.block_size)
         self.policy = policy
         self.seed = seed
         self.on_decision = on_decision
@@ -153,7 +150,11 @@ class Simulator:
         self.now = 0.0
         self._heap: list[tuple[float, int, int, object]] = []
         self._seq = 0
-        self._rid = 0
+        #: request ids (a cluster gives all its replicas one counter, so ids stay unique)
+        self._ids = itertools.count(1)
+        #: the cluster this engine is a replica of (engine/cluster.py), else None
+        self._cluster = None
+        self.replica_id = 0
         self._wseq = 0
         self.prefixes: dict[str, PrefixState] = {a: PrefixState(a, ag.prefix_tokens)
                                                  for a, ag in self.agents.items()}
@@ -267,17 +268,22 @@ class Simulator:
         self._note("arrival")
 
     def _make_ready(self, ts: TaskState, stage: str, round_index: int) -> None:
+        if self._cluster is not None:  # a router picks the replica that runs the call
+            self._cluster.route(ts, stage, round_index, self.now, self)
+            return
+        self._ready_local(ts, stage, round_index, self.now)
+
+    def _ready_local(self, ts: TaskState, stage: str, round_index: int, ready_s: float) -> None:
         spec = self._stage_spec[(ts.task_id, stage)]
         call = spec.calls[round_index]
         st = ts.stages[stage]
         st.status = StageStatus.READY
         if st.ready_s is None:
-            st.ready_s = self.now
+            st.ready_s = ready_s
         ts.version += 1
-        self._rid += 1
         self._wseq += 1
-        req = RequestState(self._rid, ts.task_id, stage, spec.agent, round_index,
-                           call.prompt_tokens, self.agents[spec.agent].prefix_tokens, self.now,
+        req = RequestState(next(self._ids), ts.task_id, stage, spec.agent, round_index,
+                           call.prompt_tokens, self.agents[spec.agent].prefix_tokens, ready_s,
                            seq=self._wseq)
         job = _Job(req, call.output_tokens, call.tool_delay_s, round_index == len(spec.calls) - 1)
         self.waiting[req.request_id] = job
@@ -661,6 +667,8 @@ class Simulator:
         if ts.stages_done == len(ts.stages):
             ts.done_s = self.now
             del self.tasks[ts.task_id]
+            if self._cluster is not None:
+                self._cluster.task_done(ts.task_id, self.now, self)
             truth = self._truth.pop(ts.task_id)
             for s in truth.stages:
                 del self._stage_spec[(ts.task_id, s.name)]
@@ -707,7 +715,7 @@ class Simulator:
     def _trim_ctx_cache(self) -> None:
         """Evict cached contexts, least recently finished first, until they fit the free KV."""
         free = self.config.kv_budget_tokens - self.used_kv
-        while self.ctx_cache_tokens > free:
+        while self.ctx_cache and self.ctx_cache_tokens > free:
             _, (_, tokens, _) = self.ctx_cache.popitem(last=False)
             self.ctx_cache_tokens -= tokens
 
@@ -753,6 +761,21 @@ class Simulator:
                 self.prefixes[h.agent].users -= 1
                 self._cache_ctx(h)
                 self._note("hold-expiry")
+        elif kind == _INJECT:
+            ts, stage, round_index, ready_s, cause = payload
+            self.tasks.setdefault(ts.task_id, ts)
+            self._ready_local(ts, stage, round_index, ready_s)
+            self._note(cause)
+        elif kind == _FORGET:
+            # the router sent this stage's next call elsewhere: its context is not coming back
+            if payload in self.held:
+                self._release_held(payload)
+                self._note("route-away")
+        elif kind == _TASK_DONE:
+            for key in [k for k in self.held if k[0] == payload]:
+                self._release_held(key)
+            self.tasks.pop(payload, None)
+            self._note("task-done")
 
     def _pop_due(self) -> bool:
         any_ev = False
@@ -867,7 +890,7 @@ class Simulator:
                 hi = mid
         return lo
 
-    def _step_decode(self, decoders: list[_Job]) -> None:
+    def _step_decode(self, decoders: list[_Job], horizon_s: float = math.inf) -> None:
         n_fin = min(j.out_total - j.req.generated_tokens for j in decoders)
         room = self._decode_room(decoders)
         if room <= 0:
@@ -876,8 +899,9 @@ class Simulator:
         steps = min(n_fin, room)
         batch = len(decoders)
         ctx = sum(j.ctx for j in decoders)
-        if self._heap:
-            horizon = self._heap[0][0] - self.now
+        until = min(self._heap[0][0], horizon_s) if self._heap else horizon_s
+        if until < math.inf:
+            horizon = until - self.now
             k = self.cost.decode_steps_within(batch, ctx, horizon, steps)
             if k < steps and self.cost.decode_run_time(batch, ctx, k) < horizon:
                 k += 1  # the iteration during which the event happens
@@ -910,38 +934,53 @@ class Simulator:
         self._preempt(victim, by_engine=True)
 
     # ------------------------------------------------------------------ main loop
+    def step(self, horizon_s: float = math.inf) -> bool:
+        """One turn of the main loop: handle the events due now, decide, then run one
+        iteration (or one jump of regular decode iterations that ends by the next event and
+        by ``horizon_s``, the earliest time another replica of a cluster could route a
+        request here).  Returns False once every task is done (a single engine only)."""
+        self._pop_due()
+        if self._pending_event:
+            self._decide()
+        if self._cluster is None and len(self.task_records) == len(self.tasks_in):
+            return False
+        decoders: list[_Job] = []
+        prefillers: list = list(self.prefix_jobs.values())
+        for j in self.running.values():
+            ph = j.req.phase
+            if ph == Phase.DECODE:
+                decoders.append(j)
+            elif ph == Phase.PREFILL:
+                prefillers.append(j)
+        if prefillers:
+            chunk = self.config.prefill_chunk_tokens
+            growing = decoders + [j for j in prefillers
+                                  if isinstance(j, _Job) and j.prefill_left <= chunk]
+            if growing and self._decode_room(growing) < 1:
+                self._engine_preempt()  # the next token of some request would not fit
+                return True
+            self._step_prefill(decoders, prefillers)
+        elif decoders:
+            self._step_decode(decoders, horizon_s)
+        elif self._heap:
+            self.now = max(self.now, self._heap[0][0])
+        elif self._cluster is None:
+            self._stalled()
+        elif self.waiting:
+            # a replica that would idle: the policy gets one "idle" decision, then the
+            # replica waits for the next request a router sends (the cluster detects a stall)
+            self._note("idle")
+            self._decide()
+        return True
+
     def run(self) -> SimResult:
         wall0 = _time.perf_counter()
         self._schedule_next_arrival()
-        total_tasks = len(self.tasks_in)
-        while True:
-            self._pop_due()
-            if self._pending_event:
-                self._decide()
-            if len(self.task_records) == total_tasks:
-                break
-            decoders: list[_Job] = []
-            prefillers: list = list(self.prefix_jobs.values())
-            for j in self.running.values():
-                ph = j.req.phase
-                if ph == Phase.DECODE:
-                    decoders.append(j)
-                elif ph == Phase.PREFILL:
-                    prefillers.append(j)
-            if prefillers:
-                chunk = self.config.prefill_chunk_tokens
-                growing = decoders + [j for j in prefillers
-                                      if isinstance(j, _Job) and j.prefill_left <= chunk]
-                if growing and self._decode_room(growing) < 1:
-                    self._engine_preempt()  # the next token of some request would not fit
-                    continue
-                self._step_prefill(decoders, prefillers)
-            elif decoders:
-                self._step_decode(decoders)
-            elif self._heap:
-                self.now = max(self.now, self._heap[0][0])
-            else:
-                self._stalled()
+        while self.step():
+            pass
+        return self.result(wall0)
+
+    def result(self, wall0: float) -> SimResult:
         self.now = max(self.now, 0.0)
         return SimResult(
             policy=self._pname(), profile=self.profile.name, seed=self.seed,
@@ -961,3 +1000,18 @@ class Simulator:
                 f"{len(self.waiting)} waiting request(s) and no pending events, and it admits none")
         raise PolicyStalled(f"engine at t={self.now:.3f}s: {len(self.tasks)} unfinished task(s) "
                             "but nothing waiting, running or scheduled")
+
+
+def validate_tasks(tasks: Sequence[Task], agents: Mapping[str, Agent], budget: int,
+                   block_size: int) -> list[Task]:
+    """Check every task against the agents and the KV budget; the tasks in arrival order."""
+    for t in tasks:
+        validate_task(t, agents)  # (a non-finite arrival time is a WorkflowError)
+        if not abs(t.arrival_s) <= MAX_TIME_S:
+            raise ValueError(f"task {t.task_id}: arrival time {t.arrival_s!r} s is beyond "
+                             f"{MAX_TIME_S:.0e} s, where simulated times lose precision "
+                             "(a rate too low?)")
+        validate_fits(t, agents, budget, block_size)
+    if len({t.task_id for t in tasks}) != len(tasks):
+        raise ValueError("tasks: task ids must be unique")
+    return sorted(tasks, key=lambda t: (t.arrival_s, t.task_id))
