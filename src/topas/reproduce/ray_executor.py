@@ -121,11 +121,16 @@ class RayExecutor(Executor):
     def stop(self) -> None:
         import ray
 
-        for ref in list(self._refs):
-            try:
-                ray.cancel(ref, force=True)
-            except Exception:  # noqa: BLE001 -- already finished or gone: nothing to stop
-                pass
+        # a Ray started here: shutting it down stops its workers.  ray.cancel(force=True)
+        # racing a task that is just finishing trips a CHECK in Ray's task manager and kills
+        # this process (seen on 2.60 after Ctrl-C), so it is used only on a cluster, and there
+        # without force (the job's worker gets a KeyboardInterrupt)
+        if not self._started:
+            for ref in list(self._refs):
+                try:
+                    ray.cancel(ref, force=False)
+                except Exception:  # noqa: BLE001 -- already finished or gone: nothing to stop
+                    pass
         self._refs.clear()
         self.close()
 
