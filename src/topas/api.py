@@ -15,9 +15,11 @@ from numbers import Integral, Real
 
 import numpy as np
 
+from topas.engine.cluster import Cluster, ClusterResult
 from topas.engine.cost import DEFAULT_PROFILE, Profile, get_profile
 from topas.engine.simulator import SimResult, Simulator
 from topas.policies import build_policy
+from topas.routing import DEFAULT_ROUTER, make_router
 from topas.workloads import get_workload
 from topas.workflow.model import Task
 
@@ -79,6 +81,22 @@ def simulate(workload: str, policy: str, *, rate: float | None = None, n_tasks: 
     if policy_params is not None and not isinstance(policy_params, Mapping):
         raise TypeError(f"policy_params: must be a mapping name -> value, got "
                         f"{type(policy_params).__name__}")
+    _check_tasks(tasks)
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress: must be callable, got {type(progress).__name__}")
+    seed = _int_or_none(seed, "seed", 0)
+    if seed is None:
+        raise TypeError("seed: must be an integer >= 0, got None")
+    prof = _profile(profile)
+    pol = build_policy(policy, seed, policy_params)
+    wl, sampled = sample_tasks(workload, n_tasks, rate, seed)
+    sim = Simulator(list(tasks) if tasks is not None else sampled,
+                    {a.name: a for a in wl.agents}, prof, pol, seed=seed, progress=progress,
+                    **engine_kw)
+    return sim.run()
+
+
+def _check_tasks(tasks) -> None:
     if tasks is not None:
         if isinstance(tasks, (str, bytes)) or not isinstance(tasks, Sequence):
             raise TypeError(f"tasks: must be a list of Task, got {type(tasks).__name__}")
@@ -87,18 +105,50 @@ def simulate(workload: str, policy: str, *, rate: float | None = None, n_tasks: 
         bad = next((t for t in tasks if not isinstance(t, Task)), None)
         if bad is not None:
             raise TypeError(f"tasks: must hold Task objects, got {type(bad).__name__}")
+
+
+def _profile(profile: str | Profile) -> Profile:
+    if isinstance(profile, Profile):
+        return profile
+    return get_profile(_name_or_path(profile, "profile"))
+
+
+def simulate_cluster(workload: str, policy: str, *, replicas: int = 2,
+                     router: str = DEFAULT_ROUTER,
+                     router_params: Mapping[str, object] | None = None,
+                     rate: float | None = None, n_tasks: int | None = None, seed: int = 0,
+                     profile: str | Profile = DEFAULT_PROFILE,
+                     policy_params: Mapping[str, object] | None = None,
+                     tasks: Sequence[Task] | None = None,
+                     progress: Callable[[int], None] | None = None,
+                     **engine_kw) -> ClusterResult:
+    """Run ``workload`` on ``replicas`` engines behind ``router`` (``topas list`` names the
+    routers), each replica with its own KV budget and its own instance of ``policy``.
+    ``result.as_sim_result()`` is the cluster as one run for :func:`topas.metrics.summarize`;
+    ``result.replicas`` holds each replica's run.  ``replicas=1`` gives the single engine's
+    task finish times."""
+    if not isinstance(policy, str):
+        raise TypeError(f"policy: must be a policy name, got {type(policy).__name__} "
+                        f"{policy!r}")
+    if not isinstance(router, str):
+        raise TypeError(f"router: must be a router name, got {type(router).__name__} "
+                        f"{router!r}")
+    if isinstance(replicas, bool) or not isinstance(replicas, Integral) or replicas < 1:
+        raise ValueError(f"replicas {replicas!r}: must be an integer >= 1")
+    if router_params is not None and not isinstance(router_params, Mapping):
+        raise TypeError(f"router_params: must be a mapping name -> value, got "
+                        f"{type(router_params).__name__}")
+    _check_tasks(tasks)
     if progress is not None and not callable(progress):
         raise TypeError(f"progress: must be callable, got {type(progress).__name__}")
     seed = _int_or_none(seed, "seed", 0)
     if seed is None:
         raise TypeError("seed: must be an integer >= 0, got None")
-    if isinstance(profile, Profile):
-        prof = profile
-    else:
-        prof = get_profile(_name_or_path(profile, "profile"))
-    pol = build_policy(policy, seed, policy_params)
+    prof = _profile(profile)
+    build_policy(policy, seed, policy_params)  # bad names / parameters fail here, once
+    rt = make_router(router, **dict(router_params or {}))
     wl, sampled = sample_tasks(workload, n_tasks, rate, seed)
-    sim = Simulator(list(tasks) if tasks is not None else sampled,
-                    {a.name: a for a in wl.agents}, prof, pol, seed=seed, progress=progress,
-                    **engine_kw)
-    return sim.run()
+    cl = Cluster(list(tasks) if tasks is not None else sampled, {a.name: a for a in wl.agents},
+                 prof, lambda: build_policy(policy, seed, policy_params), rt,
+                 replicas=int(replicas), seed=seed, progress=progress, **engine_kw)
+    return cl.run()

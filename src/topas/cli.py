@@ -19,6 +19,7 @@ from rich.table import Table
 from topas.engine.cost import DEFAULT_PROFILE, get_profile, list_profiles
 from topas.engine.decision import DecisionError
 from topas.engine.simulator import PolicyStalled
+from topas.routing import DEFAULT_ROUTER, ROUTER_SUMMARIES, ROUTERS
 from topas.workflow.model import WorkflowError
 
 err = Console(stderr=True)
@@ -196,13 +197,27 @@ def _run_one(args, policy: str, tasks=None, quiet: bool = False):
     total = sum(t.n_calls for t in tasks)
     show = not quiet and sys.stderr.isatty()
     params = _policy_params(args)
-    with _progress(total, f"{policy} on {args.workload}", show) as adv:
+    engine_kw = dict(preemption=args.preemption, host_tier=not args.no_host_tier,
+                     kv_budget_tokens=args.kv_budget, context_cache=args.context_cache)
+    label = f"{policy} on {args.workload}"
+    if args.replicas > 1:
+        label += f" ({args.replicas} replicas, {args.router})"
+    with _progress(total, label, show) as adv:
         try:
+            if args.replicas > 1:
+                from topas.api import simulate_cluster
+
+                cres = simulate_cluster(
+                    args.workload, policy, replicas=args.replicas, router=args.router,
+                    rate=args.rate, n_tasks=args.tasks, seed=args.seed,
+                    profile=getattr(args, "profile_obj", args.profile), tasks=tasks,
+                    progress=adv, policy_params=params, **engine_kw)
+                from topas.metrics.summary import summarize_cluster
+
+                return cres.as_sim_result(), summarize_cluster(cres)
             res = simulate(args.workload, policy, rate=args.rate, n_tasks=args.tasks,
                            seed=args.seed, profile=getattr(args, "profile_obj", args.profile),
-                           tasks=tasks, progress=adv, policy_params=params,
-                           preemption=args.preemption, host_tier=not args.no_host_tier,
-                           kv_budget_tokens=args.kv_budget, context_cache=args.context_cache)
+                           tasks=tasks, progress=adv, policy_params=params, **engine_kw)
         except PolicyStalled as e:
             if not params:
                 raise  # the policy's own defaults stalled: a bug, not bad input
@@ -274,7 +289,8 @@ def cmd_compare(args) -> int:
     best = min(r["mean_jct_s"] for r in rows)
     t = Table(title=f"{args.workload}: {len(tasks)} tasks, rate "
                     f"{args.rate if args.rate is not None else 'default'}, seed {args.seed}, "
-                    f"profile {args.profile}")
+                    f"profile {args.profile}"
+                    + (f", {args.replicas} replicas ({args.router})" if args.replicas > 1 else ""))
     t.add_column("policy", no_wrap=True, min_width=12)
     for _, label in COMPARE_COLS:
         t.add_column(label, justify="right")
@@ -323,6 +339,12 @@ def cmd_list(args) -> int:
     for w in list_workloads():
         wl = get_workload(w)
         t.add_row(w, wl.description, f"{wl.default_rate:g}")
+    out.print(t)
+    t = Table(title="routers (--replicas N --router NAME)")
+    t.add_column("name")
+    t.add_column("what it does")
+    for name, text in ROUTER_SUMMARIES.items():
+        t.add_row(name + (" (default)" if name == DEFAULT_ROUTER else ""), text)
     out.print(t)
     t = Table(title="engine profiles")
     t.add_column("name")
@@ -393,6 +415,12 @@ def _add_sim_args(p: argparse.ArgumentParser) -> None:
                    help="keep finished calls' contexts in free memory until the room is needed, "
                    "as vLLM's automatic prefix caching and SGLang's radix cache do (default: "
                    "on); --no-context-cache reuses contexts only when a policy holds them")
+    p.add_argument("--replicas", type=int_arg(1, 1024), default=1, help="engine replicas, "
+                   "each with the profile's KV budget and its own policy instance, behind "
+                   "--router (default 1: one engine)")
+    p.add_argument("--router", choices=list(ROUTERS), default=DEFAULT_ROUTER,
+                   help=f"how calls are placed on replicas (default {DEFAULT_ROUTER}; "
+                   "`topas list` describes each)")
     p.add_argument("--param", action="append", metavar="KEY=VALUE", help="a policy "
                    "parameter, e.g. --param rho=0.5 --param redo_cost=decode (repeatable; "
                    "`topas list --params POLICY` lists them)")

@@ -65,7 +65,8 @@ from topas.workflow.model import MAX_TIME_S, Agent, Task, validate_fits, validat
 
 # event kinds (heap entries are (time, seq, kind, payload))
 _ARRIVAL, _TOOL, _SWAP_IN, _SWAP_OUT, _HOLD = range(5)
-# cluster mode only (engine/cluster.py): a request routed here, a context whose stage a router
+# cluster mode only (engine/cluster.py): a call routed here (payload: task state, stage,
+# round, the cause to note), a context whose stage a router
 # moved elsewhere, a task finished on another replica
 _INJECT, _FORGET, _TASK_DONE = range(5, 8)
 _EVENT_NAMES = {_ARRIVAL: "arrival", _TOOL: "tool", _SWAP_IN: "swap-in", _SWAP_OUT: "swap-out",
@@ -169,6 +170,10 @@ class Simulator:
         self._waiting_sorted = True
         #: sum of the waiting requests' ready times (Snapshot.waiting_ready_sum_s)
         self._wready_sum = 0.0
+        #: tokens the waiting requests still have to prefill (prompt + kept generated tokens)
+        self._wprompt = 0
+        #: cluster mode: the last step parked an idle replica (waits for a routed request)
+        self._parked = False
         self.prefix_jobs: dict[str, _PrefixJob] = {}
         self.tasks: dict[int, TaskState] = {}
         self._truth: dict[int, Task] = {}
@@ -252,24 +257,36 @@ class Simulator:
             self._push(t.arrival_s, _ARRIVAL, t)
 
     def _arrive(self, task: Task) -> None:
-        succs = task.successors()
-        stages = {s.name: StageState(s.name, s.template, s.agent, s.deps, succs[s.name])
-                  for s in task.stages}
-        order = tuple(task.stages[k].name for k in task.topological_order())
-        ts = TaskState(task.task_id, task.workflow, task.arrival_s, stages, order)
-        self.tasks[task.task_id] = ts
-        self._truth[task.task_id] = task
-        for s in task.stages:
-            self._stage_spec[(task.task_id, s.name)] = s
-        self._n_req_done_by_task[task.task_id] = 0
+        ts = self.tasks[task.task_id] = self.register_task(task)
         for s in task.stages:
             if not s.deps:
                 self._make_ready(ts, s.name, 0)
         self._note("arrival")
 
+    def register_task(self, task: Task) -> TaskState:
+        """A new task's engine state; its truth and stage specs become known to the engine
+        (a cluster's replicas share these maps, so any of them can run any call)."""
+        succs = task.successors()
+        stages = {s.name: StageState(s.name, s.template, s.agent, s.deps, succs[s.name])
+                  for s in task.stages}
+        order = tuple(task.stages[k].name for k in task.topological_order())
+        self._truth[task.task_id] = task
+        for s in task.stages:
+            self._stage_spec[(task.task_id, s.name)] = s
+        self._n_req_done_by_task[task.task_id] = 0
+        return TaskState(task.task_id, task.workflow, task.arrival_s, stages, order)
+
     def _make_ready(self, ts: TaskState, stage: str, round_index: int) -> None:
         if self._cluster is not None:  # a router picks the replica that runs the call
-            self._cluster.route(ts, stage, round_index, self.now, self)
+            t = self.now
+            if round_index == 0:
+                # a stage is ready once its last predecessor is done, on whichever replica
+                # (clocks differ by up to one iteration)
+                for d in ts.stages[stage].deps:
+                    dt = ts.stages[d].done_s
+                    if dt is not None and dt > t:
+                        t = dt
+            self._cluster.route(ts, stage, round_index, t, self)
             return
         self._ready_local(ts, stage, round_index, self.now)
 
@@ -289,6 +306,7 @@ class Simulator:
         self.waiting[req.request_id] = job
         self._wreq[req.request_id] = req
         self._wready_sum += req.ready_s
+        self._wprompt += req.prompt_tokens
         self._wprog_add(req)
 
     # ------------------------------------------------------------------ snapshot & decision
@@ -438,6 +456,7 @@ class Simulator:
         for rid in d.admit:
             r = self._wreq.pop(rid)
             self._wready_sum = self._wready_sum - r.ready_s if self._wreq else 0.0
+            self._wprompt -= r.prompt_tokens + r.generated_tokens
             i = bisect_left(self._wprog_keys, self._wprog_key(r))
             del self._wprog_keys[i]
             del self._wprog[i]
@@ -561,6 +580,13 @@ class Simulator:
                 p.users -= 1  # the held context's claim on the prefix passes to the request
             r.cached_tokens = context_credit(h.computed_tokens, r.prompt_tokens,
                                              self.config.block_size)
+            if self._cluster is not None and r.round_index > 0:
+                # a context cached here before the stage moved away and back is older than
+                # the previous round's: it shares no more than the previous round's context
+                prev = self._stage_spec[key].calls[r.round_index - 1]
+                r.cached_tokens = min(r.cached_tokens, context_credit(
+                    prev.prompt_tokens + prev.output_tokens - 1, r.prompt_tokens,
+                    self.config.block_size))
             self.counters.context_hit_tokens += r.cached_tokens
         r.kv_tokens = self._blocks(base)
         self.used_kv += r.kv_tokens
@@ -607,6 +633,7 @@ class Simulator:
         self.waiting[r.request_id] = job
         self._wreq[r.request_id] = r
         self._wready_sum += r.ready_s
+        self._wprompt += r.prompt_tokens + r.generated_tokens
         self._wprog_add(r)
         self._waiting_sorted = False
         ts = self.tasks[r.task_id]
@@ -665,14 +692,19 @@ class Simulator:
         self.history.setdefault((st.agent, st.kind), []).append(rec)
         self._history_records += 1
         if ts.stages_done == len(ts.stages):
-            ts.done_s = self.now
+            t_done = self.now
+            if self._cluster is not None:
+                # replicas' clocks differ by up to one iteration: the task is done when its
+                # last stage anywhere is
+                t_done = max(t_done, max(s.done_s for s in ts.stages.values()))
+            ts.done_s = t_done
             del self.tasks[ts.task_id]
             if self._cluster is not None:
-                self._cluster.task_done(ts.task_id, self.now, self)
+                self._cluster.task_done(ts.task_id, t_done, self)
             truth = self._truth.pop(ts.task_id)
             for s in truth.stages:
                 del self._stage_spec[(ts.task_id, s.name)]
-            self.task_records.append(TaskRecord(ts.task_id, ts.workflow, ts.arrival_s, self.now,
+            self.task_records.append(TaskRecord(ts.task_id, ts.workflow, ts.arrival_s, t_done,
                                                 task_lower_bound(truth, self.agents, self.cost,
                                                                  self.config.prefill_chunk_tokens,
                                                                  self.config.block_size),
@@ -762,9 +794,12 @@ class Simulator:
                 self._cache_ctx(h)
                 self._note("hold-expiry")
         elif kind == _INJECT:
-            ts, stage, round_index, ready_s, cause = payload
+            self._parked = False
+            ts, stage, round_index, cause = payload
             self.tasks.setdefault(ts.task_id, ts)
-            self._ready_local(ts, stage, round_index, ready_s)
+            # ready when this engine sees it (after the iteration it landed in), as a
+            # single engine treats its own events
+            self._ready_local(ts, stage, round_index, self.now)
             self._note(cause)
         elif kind == _FORGET:
             # the router sent this stage's next call elsewhere: its context is not coming back
@@ -963,15 +998,55 @@ class Simulator:
         elif decoders:
             self._step_decode(decoders, horizon_s)
         elif self._heap:
-            self.now = max(self.now, self._heap[0][0])
+            self.now = max(self.now, min(self._heap[0][0], horizon_s))
         elif self._cluster is None:
             self._stalled()
-        elif self.waiting:
+        elif self.waiting and not self._parked:
             # a replica that would idle: the policy gets one "idle" decision, then the
             # replica waits for the next request a router sends (the cluster detects a stall)
             self._note("idle")
             self._decide()
+            self._parked = not (self.running or self.prefix_jobs or self._heap)
         return True
+
+    def next_step_s(self) -> float:
+        """Cluster mode: when this replica next has something to do (``now`` while it has
+        work that advances its clock, its next event's time while it idles or only waits for
+        swap-ins, inf while parked waiting for a router)."""
+        if self._pending_event or self.prefix_jobs:
+            return self.now
+        for j in self.running.values():
+            if j.req.phase == Phase.PREFILL or j.req.phase == Phase.DECODE:
+                return self.now  # (a LOADING call waits for its swap-in event)
+        if self._heap:
+            return max(self.now, self._heap[0][0])
+        if self.waiting and not self._parked:
+            return self.now
+        return math.inf
+
+    def emit_lower_bound_s(self) -> float:
+        """Cluster mode: a lower bound on the first time this replica can make a call ready
+        (a finish or a tool return) or finish a task, if no request is routed to it first.
+        The cluster bounds the other replicas' decode jumps by it (conservative parallel
+        discrete-event simulation), so no replica runs past a request it should have seen."""
+        t = max(self.now, self._heap[0][0]) if self._heap else math.inf
+        if self._pending_event or self.prefix_jobs or (self.waiting and not self._parked):
+            return self.now
+        decoders = []
+        for j in self.running.values():
+            ph = j.req.phase
+            if ph == Phase.PREFILL:
+                return self.now
+            if ph == Phase.DECODE:
+                decoders.append(j)
+        if decoders:
+            n_fin = min(j.out_total - j.req.generated_tokens for j in decoders)
+            steps = min(n_fin, self._decode_room(decoders))
+            if steps <= 0:
+                return self.now
+            ctx = sum(j.ctx for j in decoders)
+            t = min(t, self.now + self.cost.decode_run_time(len(decoders), ctx, steps))
+        return t
 
     def run(self) -> SimResult:
         wall0 = _time.perf_counter()

@@ -77,6 +77,19 @@ def summarize(res) -> dict:
     }
 
 
+def summarize_cluster(cres) -> dict:
+    """:func:`summarize` of a :class:`~topas.engine.cluster.ClusterResult` as one run, with
+    ``busy_fraction`` the mean over replicas, plus the cluster's own figures."""
+    s = summarize(cres.as_sim_result())
+    n = len(cres.replicas)
+    s["busy_fraction"] /= n
+    s["replicas"] = n
+    s["router"] = cres.router
+    s["routed_per_replica"] = "/".join(str(k) for k in cres.routed)
+    s["moved_contexts"] = cres.moved_contexts
+    return s
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temporary file in the same folder and a rename, so a
     crash never leaves a half-written file."""
