@@ -242,8 +242,22 @@ def cmd_run(args) -> int:
     t.add_column("metric")
     t.add_column("value", justify="right")
     for k, v in s.items():
-        t.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
+        if k != "per_replica":
+            t.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
     out.print(t)
+    if s.get("per_replica"):
+        rows = s["per_replica"]
+        pt = Table(title=f"per replica ({s['router']} router)")
+        short = {"replica": "#", "routed": "routed", "requests": "reqs",
+                 "tasks_finished": "tasks\ndone", "busy_fraction": "busy",
+                 "mean_batch_size": "batch", "prefix_hit_rate": "prefix\nhit",
+                 "context_hit_tokens": "ctx hit\ntokens", "preemptions": "pre-\nempt",
+                 "peak_kv_tokens": "peak KV\ntokens"}
+        for k in rows[0]:
+            pt.add_column(short.get(k, k), justify="right")
+        for row in rows:
+            pt.add_row(*(_fmt(v) for v in row.values()))
+        out.print(pt)
     if args.out:
         out.print(f"results written to {args.out}/ (tasks.csv, requests.csv, summary.json)")
     return 0
@@ -462,6 +476,12 @@ def build_parser() -> argparse.ArgumentParser:
         from topas.integrations.vllm import cli as vcli
 
         vcli.add_arguments(sub)
+    except ImportError:
+        pass
+    try:
+        from topas.integrations import router_service as rsvc
+
+        rsvc.add_arguments(sub)
     except ImportError:
         pass
     return ap

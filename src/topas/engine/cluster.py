@@ -105,6 +105,9 @@ class Cluster:
         self._tasks_done = 0
         self._lb = [math.inf] * replicas
         self._lb_ok = [False] * replicas
+        # each replica's next_step_s, recomputed only after it steps or gets an event
+        self._ns = [math.inf] * replicas
+        self._ns_ok = [False] * replicas
 
     # ------------------------------------------------------------------ hooks (Simulator)
     def _view(self, t: float) -> ClusterView:
@@ -154,6 +157,7 @@ class Cluster:
     def _push(self, rid: int, t: float, kind: int, payload) -> None:
         self.sims[rid]._push(t, kind, payload)
         self._lb_ok[rid] = False
+        self._ns_ok[rid] = False
 
     def task_done(self, task_id: int, t: float, origin: Simulator) -> None:
         self._tasks_done += 1
@@ -166,12 +170,6 @@ class Cluster:
             self._where.pop((task_id, s.name), None)
 
     # ------------------------------------------------------------------ main loop
-    def _emit_lb(self, i: int) -> float:
-        if not self._lb_ok[i]:
-            self._lb[i] = self.sims[i].emit_lower_bound_s()
-            self._lb_ok[i] = True
-        return self._lb[i]
-
     def run(self) -> ClusterResult:
         wall0 = _time.perf_counter()
         sims = self.sims
@@ -182,10 +180,13 @@ class Cluster:
         while self._tasks_done < total:
             t_arr = arrivals[k].arrival_s if k < total else math.inf
             best, t_next = -1, math.inf
-            for i, s in enumerate(sims):
-                ti = s.next_step_s()
-                if ti < t_next:
-                    best, t_next = i, ti
+            ns, ns_ok = self._ns, self._ns_ok
+            for i in range(n):
+                if not ns_ok[i]:
+                    ns[i] = sims[i].next_step_s()
+                    ns_ok[i] = True
+                if ns[i] < t_next:
+                    best, t_next = i, ns[i]
             if t_arr <= t_next and k < total:
                 task = arrivals[k]
                 k += 1
@@ -205,13 +206,17 @@ class Cluster:
                 s.now = t_next
             horizon = t_arr
             if n > 1:
+                lbs, lb_ok = self._lb, self._lb_ok
                 for i in range(n):
                     if i != best:
-                        lb = self._emit_lb(i)
-                        if lb < horizon:
-                            horizon = lb
+                        if not lb_ok[i]:
+                            lbs[i] = sims[i].emit_lower_bound_s()
+                            lb_ok[i] = True
+                        if lbs[i] < horizon:
+                            horizon = lbs[i]
             s.step(horizon)
             self._lb_ok[best] = False
+            ns_ok[best] = False
         return ClusterResult(
             router=getattr(self.router, "name", type(self.router).__name__),
             policy=sims[0]._pname(), replicas=[s.result(wall0) for s in sims],

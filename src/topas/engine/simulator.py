@@ -935,13 +935,21 @@ class Simulator:
         batch = len(decoders)
         ctx = sum(j.ctx for j in decoders)
         until = min(self._heap[0][0], horizon_s) if self._heap else horizon_s
+        dt = -1.0
         if until < math.inf:
             horizon = until - self.now
-            k = self.cost.decode_steps_within(batch, ctx, horizon, steps)
-            if k < steps and self.cost.decode_run_time(batch, ctx, k) < horizon:
-                k += 1  # the iteration during which the event happens
-            steps = max(1, min(steps, k))
-        dt = self.cost.decode_run_time(batch, ctx, steps)
+            one = self.cost.decode_run_time(batch, ctx, 1)
+            if horizon <= one or steps == 1:
+                # the event falls in the first iteration (a busy cluster's usual case): the
+                # search below would end at one step too
+                steps, dt = 1, one
+            else:
+                k = self.cost.decode_steps_within(batch, ctx, horizon, steps)
+                if k < steps and self.cost.decode_run_time(batch, ctx, k) < horizon:
+                    k += 1  # the iteration during which the event happens
+                steps = max(1, min(steps, k))
+        if dt < 0:
+            dt = self.cost.decode_run_time(batch, ctx, steps)
         self.now += dt
         self.counters.iterations += steps
         self.counters.busy_s += dt

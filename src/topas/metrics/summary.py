@@ -87,7 +87,25 @@ def summarize_cluster(cres) -> dict:
     s["router"] = cres.router
     s["routed_per_replica"] = "/".join(str(k) for k in cres.routed)
     s["moved_contexts"] = cres.moved_contexts
+    per = []
+    for rid, (r, routed) in enumerate(zip(cres.replicas, cres.routed)):
+        one = summarize(r)
+        # busy share of the cluster's span, not of the replica's own
+        c = r.counters
+        per.append({"replica": rid, "routed": routed, "requests": one["requests"],
+                    "tasks_finished": one["tasks"],
+                    "busy_fraction": c.busy_s / max(s["makespan_s"] - _first_arrival(cres), 1e-12),
+                    "mean_batch_size": one["mean_batch_size"],
+                    "prefix_hit_rate": one["prefix_hit_rate"],
+                    "context_hit_tokens": one["context_hit_tokens"],
+                    "preemptions": one["preemptions"],
+                    "peak_kv_tokens": one["peak_kv_tokens"]})
+    s["per_replica"] = per
     return s
+
+
+def _first_arrival(cres) -> float:
+    return min((t.arrival_s for r in cres.replicas for t in r.tasks), default=0.0)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
