@@ -1,0 +1,649 @@
+"""An OpenAI-compatible HTTP router in front of N backend servers (vLLM OpenAI servers, or any
+server that speaks the completions API), placing each call with one of the pure routers of
+:mod:`topas.routing` -- the same ones the simulator's cluster uses.
+
+Standard library only (``http.server.ThreadingHTTPServer`` and ``http.client``).
+
+Endpoints
+---------
+``POST /v1/completions``, ``POST /v1/chat/completions``
+    The JSON body is read, its workflow tag taken from ``vllm_xargs`` (the ``topas_*`` keys of
+    :mod:`topas.integrations.vllm.tags`; a request without ``topas_task`` is routed as an
+    untagged task of its own), the router picks a backend, the body is forwarded to it byte for
+    byte and the backend's status, headers and body are relayed back (``"stream": true``
+    responses chunk by chunk, as they arrive).  The response carries ``X-Topas-Backend: i``.
+``GET /health``
+    200 when at least one backend answers its ``/health`` with 200, else 503.
+``GET /v1/models``
+    Proxied to the first backend not marked down.
+``GET /router/stats``
+    JSON: router name, per-backend routed / in-flight / error counts.
+
+Bad input gets a 400 whose JSON body's ``error.message`` is one line naming the field and the
+problem (``body: ...``, ``vllm_xargs: ...``, ``topas_round: ...``); a backend that cannot be
+reached gives a 502 naming it, and is left out of routing for ``down_s`` seconds (unless every
+backend is down).  A failed call is not retried on another backend (the router cannot know
+whether the backend started it).
+
+The view
+--------
+The service sees no engine state; like SGLang's router it keeps an approximate view from what
+it sent (all under one lock):
+
+* ``running`` = requests in flight on the backend (sent, response not finished); ``waiting`` =
+  0; ``queued_prompt_tokens`` = the prompt tokens of the in-flight requests;
+* ``prefixes``: the agents whose prefixes were sent to the backend recently (a
+  :class:`~topas.engine.snapshot.PrefixState` at ``Location.DEVICE``), and ``context_tokens``:
+  the last (task, stage) prompts sent there with their dynamic token counts.  Both live in one
+  LRU per backend bounded by ``kv_budget_tokens`` (default: the profile's budget), as the
+  backend's prefix cache would evict them;
+* ``used_kv_tokens`` = the LRU's tokens + the in-flight prompt tokens;
+* ``cost``: the cost model of ``profile`` (default :data:`topas.engine.cost.DEFAULT_PROFILE`);
+* ``RouteRequest.home`` / ``context_at``: the backend of the task's first call / of the
+  stage's previous call (kept for the ``max_tasks`` most recent tasks).
+
+Prompt tokens: ``len(prompt)`` when the prompt is a list of token ids (summed over a batch of
+lists); otherwise ``ceil(characters / 4)`` of the prompt strings or of the chat messages' text
+(an estimate: the service has no tokenizer).  The dynamic part is that minus the tag's
+``topas_prefix_tokens``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import logging
+import math
+import socket
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import OrderedDict
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from topas.engine.cost import DEFAULT_PROFILE, get_profile
+from topas.engine.snapshot import Location, PrefixState
+from topas.integrations.vllm.tags import TagError, parse_tag
+from topas.routing import DEFAULT_ROUTER, ROUTERS, make_router
+from topas.routing.base import ClusterView, ReplicaView, RouteRequest, Router
+
+__all__ = ["Backend", "RouterService", "add_arguments", "estimate_prompt_tokens", "main",
+           "parse_backend_url", "parse_router_params"]
+
+log = logging.getLogger("topas.router")
+
+#: POST paths routed to a backend
+ROUTED_PATHS = ("/v1/completions", "/v1/chat/completions")
+#: largest request body accepted (bytes)
+MAX_BODY_BYTES = 64 << 20
+#: hop-by-hop headers (RFC 9110 7.6.1) and the ones the relay sets itself
+_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
+                  "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "host",
+                  "content-length", "server", "date"})
+
+
+def _one_line(s: object, limit: int = 300) -> str:
+    t = " ".join(str(s).split())
+    return t if len(t) <= limit else t[:limit - 3] + "..."
+
+
+def parse_backend_url(url: str) -> tuple[str, str, int, str]:
+    """``http[s]://host[:port][/path]`` -> (scheme, host, port, path prefix without trailing
+    slash); a one-line ValueError otherwise."""
+    if not isinstance(url, str) or not url.strip():
+        raise ValueError(f"backend {url!r}: empty URL")
+    try:
+        u = urllib.parse.urlsplit(url.strip())
+        port = u.port
+    except ValueError as e:
+        raise ValueError(f"backend {url!r}: {_one_line(e)}") from None
+    if u.scheme not in ("http", "https"):
+        raise ValueError(f"backend {url!r}: scheme must be http or https "
+                         "(e.g. http://127.0.0.1:8001)")
+    if not u.hostname:
+        raise ValueError(f"backend {url!r}: no host")
+    if u.query or u.fragment or u.username or u.password:
+        raise ValueError(f"backend {url!r}: no query, fragment or credentials allowed")
+    path = u.path.rstrip("/")
+    if path.endswith("/v1"):
+        raise ValueError(f"backend {url!r}: give the server's base URL, without /v1")
+    return u.scheme, u.hostname, port or (443 if u.scheme == "https" else 80), path
+
+
+def parse_router_params(items: list[str] | None) -> dict:
+    """``["k=v", ...]`` -> ``{k: v}`` with v an int, else a float, else the string."""
+    out: dict = {}
+    for item in items or ():
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"--router-param {item!r}: expected KEY=VALUE")
+        if key in out:
+            raise ValueError(f"--router-param {key}: given twice")
+        val: object = raw
+        for conv in (int, float):
+            try:
+                val = conv(raw)
+                break
+            except ValueError:
+                pass
+        out[key] = val
+    return out
+
+
+def _chars(x: object) -> int:
+    if isinstance(x, str):
+        return len(x)
+    if isinstance(x, list):
+        return sum(_chars(p) for p in x)
+    if isinstance(x, dict):  # a chat content part: {"type": "text", "text": ...}
+        return _chars(x.get("text")) if isinstance(x.get("text"), str) else 0
+    return 0
+
+
+def estimate_prompt_tokens(body: dict) -> int:
+    """Prompt tokens of a completions / chat body: exact for token-id prompts, else
+    ``ceil(characters / 4)`` (see the module docstring)."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            return len(prompt)
+        if all(isinstance(p, list) for p in prompt):
+            return sum(len(p) for p in prompt)
+    if prompt is not None:
+        return math.ceil(_chars(prompt) / 4)
+    msgs = body.get("messages")
+    if isinstance(msgs, list):
+        n = sum(_chars(m.get("content")) for m in msgs if isinstance(m, dict))
+        return math.ceil(n / 4)
+    return 0
+
+
+class BadRequest(ValueError):
+    """A client mistake: 400 (or ``status``) with a one-line message naming the field."""
+
+    def __init__(self, message: str, param: str = "", status: int = 400) -> None:
+        super().__init__(message)
+        self.param = param or message.split(":", 1)[0]
+        self.status = status
+
+
+class Backend:
+    """One backend server and the service's bookkeeping about it (guarded by the service's
+    lock)."""
+
+    def __init__(self, index: int, url: str, kv_budget_tokens: int) -> None:
+        self.index = index
+        self.url = url.strip().rstrip("/")
+        self.scheme, self.host, self.port, self.path = parse_backend_url(url)
+        self.kv_budget_tokens = kv_budget_tokens
+        self.in_flight = 0
+        self.in_flight_tokens = 0
+        self.routed = 0
+        self.errors = 0
+        self.down_until = 0.0
+        #: ("p", agent) / ("c", task_id, stage) -> tokens, least recently sent first
+        self.lru: OrderedDict[tuple, int] = OrderedDict()
+        self.lru_tokens = 0
+        self.prefixes: dict[str, PrefixState] = {}
+        self.contexts: dict[tuple[int, str], int] = {}
+
+    def connection(self, timeout: float) -> http.client.HTTPConnection:
+        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+        return cls(self.host, self.port, timeout=timeout)
+
+    def touch(self, key: tuple, tokens: int, now: float) -> None:
+        """Record that ``key`` (a prefix or a context) was sent here; evict the least recently
+        sent entries beyond the KV budget (never the one just sent)."""
+        old = self.lru.pop(key, None)
+        if old is not None:
+            self.lru_tokens -= old
+        self.lru[key] = tokens
+        self.lru_tokens += tokens
+        if key[0] == "p":
+            p = self.prefixes.get(key[1])
+            if p is None:
+                p = self.prefixes[key[1]] = PrefixState(key[1], tokens)
+            p.tokens, p.location, p.ready, p.last_used_s = tokens, Location.DEVICE, True, now
+        else:
+            self.contexts[(key[1], key[2])] = tokens
+        while self.lru_tokens > self.kv_budget_tokens and len(self.lru) > 1:
+            k, t = self.lru.popitem(last=False)
+            self.lru_tokens -= t
+            if k[0] == "p":
+                self.prefixes.pop(k[1], None)
+            else:
+                self.contexts.pop((k[1], k[2]), None)
+
+    def view(self, cost) -> ReplicaView:
+        return ReplicaView(self.index, self.in_flight, 0, self.in_flight_tokens,
+                           self.lru_tokens + self.in_flight_tokens, self.kv_budget_tokens,
+                           self.prefixes, lambda key: self.contexts.get(key, 0), cost)
+
+    def stats(self, now: float) -> dict:
+        return {"index": self.index, "url": self.url, "routed": self.routed,
+                "in_flight": self.in_flight, "errors": self.errors,
+                "down": now < self.down_until, "cached_agents": sorted(self.prefixes),
+                "cached_tokens": self.lru_tokens}
+
+
+class _Placed:
+    """What :meth:`RouterService.place` decided for one request."""
+
+    __slots__ = ("backend", "tokens")
+
+    def __init__(self, backend: Backend, tokens: int) -> None:
+        self.backend, self.tokens = backend, tokens
+
+
+class RouterService:
+    """The router service; usable in-process::
+
+        svc = RouterService(["http://127.0.0.1:8001", "http://127.0.0.1:8002"],
+                            router="task-affinity").start()
+        ... POST svc.url + "/v1/completions" ...
+        svc.stop()
+    """
+
+    def __init__(self, backends: list[str], router: str | Router = DEFAULT_ROUTER,
+                 router_params: dict | None = None, host: str = "127.0.0.1", port: int = 0,
+                 profile: str = DEFAULT_PROFILE, kv_budget_tokens: int | None = None,
+                 timeout_s: float = 600.0, down_s: float = 5.0, max_tasks: int = 65536) -> None:
+        if not backends:
+            raise ValueError("backends: give at least one backend URL")
+        prof = get_profile(profile)
+        self.cost = prof.cost_model()
+        budget = prof.kv_budget_tokens if kv_budget_tokens is None else int(kv_budget_tokens)
+        if budget < 1:
+            raise ValueError(f"kv_budget_tokens {budget}: must be >= 1")
+        self.backends = [Backend(i, u, budget) for i, u in enumerate(backends)]
+        seen: dict[str, int] = {}
+        for b in self.backends:
+            key = f"{b.scheme}://{b.host}:{b.port}{b.path}"
+            if key in seen:
+                raise ValueError(f"backend {b.url!r}: same server as backend {seen[key]}")
+            seen[key] = b.index
+        self.router = (router if isinstance(router, Router)
+                       else make_router(router, **(router_params or {})))
+        if not (timeout_s > 0 and down_s >= 0 and max_tasks >= 1):
+            raise ValueError(f"timeout_s {timeout_s} / down_s {down_s} / max_tasks "
+                             f"{max_tasks}: must be > 0 / >= 0 / >= 1")
+        self.timeout_s, self.down_s, self.max_tasks = float(timeout_s), float(down_s), max_tasks
+        self.host, self.port = host, port
+        self.lock = threading.Lock()
+        self.t0 = time.monotonic()
+        self.routed = 0
+        self.bad_requests = 0
+        self._task_ids: OrderedDict[str, tuple[int, float]] = OrderedDict()  # tag -> (id, t)
+        self._next_task = 0
+        self._home: dict[int, int] = {}
+        self._where: dict[tuple[int, str], int] = {}
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> "RouterService":
+        """Bind and serve in a daemon thread; returns self (``.url`` is then set)."""
+        self._bind()
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
+                                        name="topas-router", daemon=True)
+        self._thread.start()
+        return self
+
+    def _bind(self) -> None:
+        service = self
+
+        class Handler(_Handler):
+            svc = service
+
+        try:
+            self._server = ThreadingHTTPServer((self.host, self.port), Handler)
+        except OSError as e:
+            raise ValueError(f"--host {self.host} --port {self.port}: cannot listen "
+                             f"({e.strerror or e})") from None
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+
+    def serve_forever(self) -> None:
+        """Bind and serve in this thread until :meth:`stop` or KeyboardInterrupt."""
+        self._bind()
+        try:
+            self._server.serve_forever()
+        finally:
+            self._server.server_close()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._server = self._thread = None
+
+    def __enter__(self) -> "RouterService":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        host = self.host if ":" not in self.host else f"[{self.host}]"
+        return f"http://{host}:{self.port}"
+
+    # ------------------------------------------------------------------ bookkeeping
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def _task_id(self, key: str | None, now: float) -> tuple[int, float]:
+        """A small int per tagged task (the routers' ``task_id``) and its arrival; an untagged
+        request (``key`` None) is a task of its own."""
+        if key is not None and key in self._task_ids:
+            self._task_ids.move_to_end(key)
+            return self._task_ids[key]
+        tid = self._next_task
+        self._next_task += 1
+        if key is not None:
+            self._task_ids[key] = (tid, now)
+            while len(self._task_ids) > self.max_tasks:  # forget the stalest task
+                _, (old, _) = self._task_ids.popitem(last=False)
+                self._home.pop(old, None)
+                for k in [k for k in self._where if k[0] == old]:
+                    del self._where[k]
+        return tid, now
+
+    def place(self, body: dict) -> _Placed:
+        """Parse the tag of ``body``, route it and record it as in flight (raises
+        :class:`BadRequest`)."""
+        xargs = body.get("vllm_xargs")
+        if xargs is not None and not isinstance(xargs, dict):
+            raise BadRequest(f"vllm_xargs: must be an object, got {type(xargs).__name__}")
+        try:
+            tag = parse_tag(xargs)
+        except TagError as e:
+            raise BadRequest(_one_line(e), e.key) from None
+        total = estimate_prompt_tokens(body)
+        with self.lock:
+            now = self.now()
+            live = [b for b in self.backends if now >= b.down_until] or self.backends
+            if tag is None:
+                tid, arrival = self._task_id(None, now)
+                stage, agent, workflow, rnd, prefix = "request", "", "untagged", 0, 0
+            else:
+                tid, arrival = self._task_id(tag.task, now)
+                stage, agent, workflow = tag.stage, tag.agent, tag.workflow
+                rnd, prefix = tag.round_index, tag.prefix_tokens
+            dyn = max(total - prefix, 0)
+            key = (tid, stage)
+            req = RouteRequest(tid, workflow, stage, agent, rnd, dyn, prefix, now, arrival,
+                               self._home.get(tid), self._where.get(key))
+            view = ClusterView(now, tuple(b.view(self.cost) for b in live), self.routed)
+            rid = self.router.route(req, view)
+            if not any(b.index == rid for b in live) or isinstance(rid, bool):
+                raise RuntimeError(f"router {self.router.name!r} returned {rid!r}, not one of "
+                                   f"the backends {[b.index for b in live]}")
+            b = self.backends[rid]
+            self.routed += 1
+            b.routed += 1
+            b.in_flight += 1
+            b.in_flight_tokens += total
+            if tag is not None:
+                self._home.setdefault(tid, rid)
+                self._where[key] = rid
+                b.touch(("p", agent), prefix, now)
+                b.touch(("c", tid, stage), dyn, now)
+            return _Placed(b, total)
+
+    def finish(self, placed: _Placed, error: bool = False) -> None:
+        with self.lock:
+            b = placed.backend
+            b.in_flight -= 1
+            b.in_flight_tokens -= placed.tokens
+            if error:
+                b.errors += 1
+
+    def mark_down(self, b: Backend) -> None:
+        with self.lock:
+            b.down_until = self.now() + self.down_s
+
+    def stats(self) -> dict:
+        with self.lock:
+            now = self.now()
+            bs = [b.stats(now) for b in self.backends]
+            return {"router": self.router.name, "routed": self.routed,
+                    "in_flight": sum(b["in_flight"] for b in bs),
+                    "errors": sum(b["errors"] for b in bs), "bad_requests": self.bad_requests,
+                    "backends": bs}
+
+    def backend_healthy(self, b: Backend, timeout: float = 2.0) -> bool:
+        try:
+            with urllib.request.urlopen(b.url + "/health", timeout=timeout) as r:
+                return r.status == 200
+        except (OSError, urllib.error.URLError, http.client.HTTPException):
+            return False
+
+
+class _Handler(BaseHTTPRequestHandler):
+    svc: RouterService
+    protocol_version = "HTTP/1.1"
+    server_version = "topas-router"
+    disable_nagle_algorithm = True  # headers and body go out in separate writes
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - the stdlib's name
+        log.debug("%s %s", self.address_string(), format % args)
+
+    # ------------------------------------------------------------------ replies
+    def _json(self, status: int, obj: dict, headers: dict | None = None) -> None:
+        data = (json.dumps(obj) + "\n").encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, status: int, message: str, param: str | None = None,
+               kind: str = "bad_request") -> None:
+        self._json(status, {"error": {"message": _one_line(message), "type": kind,
+                                      "param": param, "code": status}})
+
+    # ------------------------------------------------------------------ GET
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        path = urllib.parse.urlsplit(self.path).path.rstrip("/") or "/"
+        svc = self.svc
+        if path == "/health":
+            ok = [b.index for b in svc.backends if svc.backend_healthy(b)]
+            self._json(200 if ok else 503, {"healthy": bool(ok), "healthy_backends": ok,
+                                            "backends": len(svc.backends)})
+        elif path == "/router/stats":
+            self._json(200, svc.stats())
+        elif path == "/v1/models":
+            now = svc.now()
+            b = next((b for b in svc.backends if now >= b.down_until), svc.backends[0])
+            self._relay(b, "GET", None, None)
+        else:
+            self._error(404, f"path {path}: not found (POST /v1/completions, "
+                        "/v1/chat/completions; GET /health, /v1/models, /router/stats)",
+                        "path", "not_found")
+
+    # ------------------------------------------------------------------ POST
+    def do_POST(self) -> None:  # noqa: N802
+        path = urllib.parse.urlsplit(self.path).path.rstrip("/")
+        svc = self.svc
+        try:
+            body = self._read_body()
+            if path not in ROUTED_PATHS:
+                raise BadRequest(f"path {path}: not routed (POST /v1/completions or "
+                                 "/v1/chat/completions)", "path", 404)
+            try:
+                obj = json.loads(body)
+            except (ValueError, UnicodeDecodeError) as e:
+                raise BadRequest(f"body: not valid JSON ({_one_line(e, 120)})") from None
+            if not isinstance(obj, dict):
+                raise BadRequest(f"body: must be a JSON object, got {type(obj).__name__}")
+            placed = svc.place(obj)
+        except BadRequest as e:
+            with svc.lock:
+                svc.bad_requests += 1
+            self.close_connection = True
+            self._error(e.status, str(e), e.param,
+                        "not_found" if e.status == 404 else "bad_request")
+            return
+        except Exception as e:  # a router bug: say so, keep serving
+            log.exception("routing failed")
+            self._error(500, f"router: {type(e).__name__}: {e}", "router", "router_error")
+            return
+        ok = False
+        try:
+            ok = self._relay(placed.backend, "POST", path, body)
+        finally:
+            svc.finish(placed, error=not ok)
+
+    def _read_body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            raise BadRequest("Transfer-Encoding: chunked request bodies are not supported; "
+                             "send Content-Length", "Transfer-Encoding", 411)
+        raw = self.headers.get("Content-Length")
+        try:
+            n = int(raw)
+            if n < 0:
+                raise ValueError
+        except (TypeError, ValueError):
+            raise BadRequest(f"Content-Length: required non-negative integer, got {raw!r}",
+                             "Content-Length", 411 if raw is None else 400) from None
+        if n > MAX_BODY_BYTES:
+            raise BadRequest(f"Content-Length: {n} bytes, more than {MAX_BODY_BYTES}",
+                             "Content-Length", 413)
+        data = self.rfile.read(n)
+        if len(data) != n:
+            raise BadRequest(f"body: {len(data)} bytes, Content-Length said {n}", "body")
+        return data
+
+    # ------------------------------------------------------------------ relay
+    def _relay(self, b: Backend, method: str, path: str | None, body: bytes | None) -> bool:
+        """Forward to ``b`` and relay its answer; True when a response was relayed whole."""
+        svc = self.svc
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
+        if body is not None:
+            headers["Content-Length"] = str(len(body))
+        conn = b.connection(svc.timeout_s)
+        target = b.path + (path if path is not None else self.path)
+        try:
+            conn.request(method, target, body=body, headers=headers)
+            resp = conn.getresponse()
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            svc.mark_down(b)
+            if body is None:  # a GET (models): count it as the backend's error here
+                with svc.lock:
+                    b.errors += 1
+            why = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
+            if isinstance(e, socket.timeout):
+                why = f"no answer in {svc.timeout_s:g} s"
+            self._error(502, f"backend {b.index} ({b.url}): unreachable ({why})", "backend",
+                        "bad_gateway")
+            return False
+        try:
+            self.send_response(resp.status, resp.reason)
+            length = resp.getheader("Content-Length")
+            for k, v in resp.getheaders():
+                if k.lower() not in _HOP:
+                    self.send_header(k, v)
+            self.send_header("X-Topas-Backend", str(b.index))
+            if length is not None and not resp.chunked:
+                self.send_header("Content-Length", length)
+                self.end_headers()
+                while chunk := resp.read(65536):
+                    self.wfile.write(chunk)
+            else:  # streamed (SSE) or of unknown length: relay each piece as it comes
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                while chunk := resp.read1(65536):
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+            return 200 <= resp.status < 400
+        except (OSError, http.client.HTTPException) as e:
+            # the client went away or the backend broke off mid-answer: nothing more to say
+            log.info("relay from backend %d broke off: %s", b.index, _one_line(e))
+            self.close_connection = True
+            return False
+        finally:
+            conn.close()
+
+
+# ---------------------------------------------------------------------- CLI
+def _configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", action="append", metavar="URL", required=True,
+                   help="a backend server's base URL, e.g. http://127.0.0.1:8001 "
+                   "(repeat for each backend)")
+    p.add_argument("--router", default=DEFAULT_ROUTER, help=f"router name: "
+                   f"{', '.join(ROUTERS)} (default {DEFAULT_ROUTER})")
+    p.add_argument("--router-param", action="append", metavar="KEY=VALUE",
+                   help="a router parameter, e.g. --router-param balance_abs=8 (repeatable)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on "
+                   "(default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    p.add_argument("--profile", default=DEFAULT_PROFILE, help="engine profile name or .json "
+                   f"path for the routers' cost model and KV budget (default {DEFAULT_PROFILE})")
+    p.add_argument("--kv-budget-tokens", type=int, default=None, help="per-backend KV tokens "
+                   "of the service's prefix/context LRU (default: the profile's budget)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for a "
+                   "backend's answer (default 600)")
+    p.add_argument("--verbose", action="store_true", help="log every request")
+
+
+def add_arguments(subparsers) -> None:
+    """Register ``topas router`` (called by :func:`topas.cli.build_parser`)."""
+    p = subparsers.add_parser("router", help="an OpenAI-compatible HTTP router in front of "
+                              "several vLLM servers, placing calls with a TOPAS router")
+    _configure(p)
+    p.set_defaults(fn=cli_router, func=cli_router)
+
+
+def cli_router(args: argparse.Namespace) -> int:
+    """Run the service until Ctrl-C; a bad backend URL, router name or parameter is a one-line
+    ValueError (``topas router: error: ...``)."""
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port {args.port}: must be in 0..65535")
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(name)s %(message)s")
+    svc = RouterService(args.backend, router=args.router,
+                        router_params=parse_router_params(args.router_param),
+                        host=args.host, port=args.port, profile=args.profile,
+                        kv_budget_tokens=args.kv_budget_tokens, timeout_s=args.timeout)
+    svc._bind()
+    down = [b.url for b in svc.backends if not svc.backend_healthy(b, timeout=1.0)]
+    print(f"topas router: {svc.router.name} over {len(svc.backends)} backends at {svc.url}"
+          + (f" (not healthy yet: {', '.join(down)})" if down else ""), flush=True)
+    try:
+        svc._server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        svc._server.server_close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m topas.integrations.router_service --backend URL ...``: same as
+    ``topas router``."""
+    ap = argparse.ArgumentParser(prog="topas-router", description="OpenAI-compatible router "
+                                 "over several vLLM servers")
+    _configure(ap)
+    args = ap.parse_args(argv)
+    try:
+        return cli_router(args)
+    except ValueError as e:
+        print(f"topas-router: error: {_one_line(e)}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
