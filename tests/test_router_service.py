@@ -60,6 +60,9 @@ class FakeBackend:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 fake.got.append(("POST", self.path, body))
                 obj = json.loads(body)
+                if obj.get("fail"):  # the backend's own error: relayed as it is
+                    self._send(400, {"error": {"message": "backend says no"}})
+                    return
                 if obj.get("stream"):
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")
@@ -159,6 +162,15 @@ def test_body_forwarded_unchanged_and_response_relayed(backends):
         assert st == 200 and h["x-topas-backend"] == "1"
         assert backends[1].got[-1][1] == "/v1/chat/completions"
         assert json.loads(backends[1].got[-1][2]) == chat
+
+
+def test_backend_errors_are_relayed_and_counted(backends):
+    with RouterService([b.url for b in backends[:1]]) as svc:
+        st, h, body = _post(svc.url, {"prompt": "x", "fail": True})
+        assert st == 400 and h["x-fake"] == "b0"
+        assert json.loads(body)["error"]["message"] == "backend says no"
+        s = json.loads(_get(svc.url, "/router/stats")[1])
+        assert s["errors"] == 1 and s["bad_requests"] == 0 and s["in_flight"] == 0
 
 
 def test_round_robin_alternates(backends):

@@ -555,7 +555,9 @@ class _Handler(BaseHTTPRequestHandler):
                 if k.lower() not in _HOP:
                     self.send_header(k, v)
             self.send_header("X-Topas-Backend", str(b.index))
-            if length is not None and not resp.chunked:
+            if resp.status in (204, 304) or 100 <= resp.status < 200:  # no body allowed
+                self.end_headers()
+            elif length is not None and not resp.chunked:
                 self.send_header("Content-Length", length)
                 self.end_headers()
                 while chunk := resp.read(65536):
