@@ -81,7 +81,8 @@ class FakeBackend:
                     return
                 self._send(200, {"object": "text_completion", "backend": fake.name,
                                  "choices": [{"text": "ok", "index": 0}],
-                                 "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+                                 "usage": {"prompt_tokens": 1,
+                                           "completion_tokens": obj.get("out", 1)}})
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
         self.server.daemon_threads = True
@@ -311,3 +312,25 @@ def test_cli_errors_are_one_line(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(ln.startswith("topas router: error: ") for ln in err)
     assert "scheme" in err[0] and "unknown" in err[1] and "bad parameters" in err[2]
+
+
+def test_output_lengths_are_learned_per_agent_from_usage(backends):
+    """The backends' ``usage.completion_tokens`` become the routers' expected output
+    length of that agent's next call (the simulator's cluster does the same)."""
+    from topas.routing import RoundRobin
+
+    seen = []
+
+    class Spy(RoundRobin):
+        def route(self, req, view):
+            seen.append((req.agent, req.expected_output_tokens))
+            return super().route(req, view)
+
+    with RouterService([b.url for b in backends[:2]], router=Spy()) as svc:
+        for out in (10, 30):
+            assert _post(svc.url, {**_call("t1", "s", "coder"), "out": out})[0] == 200
+        assert _post(svc.url, {**_call("t2", "s", "critic"), "out": 7})[0] == 200
+        assert _post(svc.url, _call("t3", "s", "coder"))[0] == 200
+        assert _post(svc.url, _call("t4", "s", "critic"))[0] == 200
+    assert seen == [("coder", None), ("coder", 10.0), ("critic", None), ("coder", 20.0),
+                    ("critic", 7.0)]

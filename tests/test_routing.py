@@ -196,3 +196,34 @@ def test_cli_rejects_bad_cluster_arguments(argv, needle, capsys):
     assert main(["run", "--workload", "dag4", "--tasks", "2"] + argv) != 0
     err = capsys.readouterr().err
     assert needle in err and err.count("\n") == 1
+
+
+def test_topas_router_counts_the_delay_it_imposes_on_a_busy_replica():
+    """The externality term: a warm replica with 20 running requests would finish this call
+    sooner (no prefix recompute), but its prefill stalls those 20 and its decode slows them:
+    with the term the idle cold replica wins, without it the warm one."""
+    warm = replica(0, running=20, used=60_000, prefixes=_prefixes(eng="device"))
+    cold = replica(1)
+    req = request(prompt_tokens=2000)
+    assert make_router("topas", externality=0.0).route(req, view(warm, cold)) == 0
+    assert make_router("topas").route(req, view(warm, cold)) == 1
+
+
+def test_topas_router_uses_the_learned_output_length():
+    r = make_router("topas")
+    rep = replica(0, running=4, used=20_000)
+    short = r.expected_finish_s(request(expected_output_tokens=16.0), rep)
+    long = r.expected_finish_s(request(expected_output_tokens=1024.0), rep)
+    assert long > short
+    assert r.expected_finish_s(request(), rep) == \
+        r.expected_finish_s(request(expected_output_tokens=128.0), rep)  # the default
+
+
+def test_calls_routed_at_one_instant_see_each_other():
+    """Two tasks arriving together: the second call's view counts the first as queued on
+    its replica before that replica has seen it, so least-outstanding spreads them."""
+    tasks = [Task(k, 0.0, (Stage("s0", "a", (Call(50, 5),)),)) for k in range(2)]
+    cres = Cluster(tasks, {"a": Agent("a", 100)}, get_profile("a100-80g/qwen2.5-32b"),
+                   lambda: make_policy("fcfs"), make_router("least-outstanding"),
+                   replicas=2).run()
+    assert cres.routed == [1, 1]

@@ -3,7 +3,7 @@ caching on): a small ReAct-like workflow of two agents with distinct 256-token p
 agent's calls placed by the router, and the prefix-cache hits read from each server's
 Prometheus ``/metrics``.
 
-Task-affinity and prefix-affinity keep each agent's task on one server, so every call after
+Task-affinity, prefix-affinity and the topas router keep each agent's task on one server, so every call after
 the first reuses its prefix and its previous round's prompt there; round-robin, with the same
 workflow shape (fresh token ids), scatters the rounds and gets fewer hit tokens.
 
@@ -136,7 +136,7 @@ def test_router_service_keeps_prefixes_where_they_are_cached(tiny_model, tmp_pat
                 time.sleep(1.0)
         bases = [base for _, base, _ in servers]
         hits: dict[str, float] = {}
-        for seed, name in enumerate(("task-affinity", "prefix-affinity", "round-robin")):
+        for seed, name in enumerate(("task-affinity", "prefix-affinity", "topas", "round-robin")):
             before = [_prefix_hits(b) for b in bases]
             with RouterService(bases, router=name, profile="cpu/tiny-llama",
                                kv_budget_tokens=KV_BYTES // 2048) as svc:
@@ -162,6 +162,7 @@ def test_router_service_keeps_prefixes_where_they_are_cached(tiny_model, tmp_pat
         print(f"hit tokens by router: {hits}")
         assert hits["task-affinity"] > hits["round-robin"]
         assert hits["prefix-affinity"] > hits["round-robin"]
+        assert hits["topas"] > hits["round-robin"]
     finally:
         for proc, _, log in servers:
             _stop(proc, log)

@@ -100,6 +100,13 @@ class Cluster:
         self._home: dict[int, int] = {}
         self._on: dict[int, set[int]] = {}  # task -> replicas that ran its calls
         self._routed = [0] * replicas
+        self._out_sum: dict[str, int] = {}  # agent -> output tokens of its finished calls
+        self._out_n: dict[str, int] = {}
+        # calls routed to a replica that has not seen them yet (an event at its next step):
+        # the router counts them as queued there, or calls routed at one instant would all
+        # see the same load
+        self._transit_n = [0] * replicas
+        self._transit_tokens = [0] * replicas
         self._n_routed = 0
         self._moved = 0
         self._tasks_done = 0
@@ -119,9 +126,10 @@ class Cluster:
                     return h.tokens
                 c = s.ctx_cache.get(key)
                 return c[1] if c is not None else 0
-            views.append(ReplicaView(s.replica_id, len(s.running), len(s.waiting), s._wprompt,
-                                     s.used_kv, s.config.kv_budget_tokens, s.prefixes, ctx,
-                                     s.cost))
+            i = s.replica_id
+            views.append(ReplicaView(i, len(s.running), len(s.waiting) + self._transit_n[i],
+                                     s._wprompt + self._transit_tokens[i], s.used_kv,
+                                     s.config.kv_budget_tokens, s.prefixes, ctx, s.cost))
         return ClusterView(t, tuple(views), self._n_routed)
 
     def route(self, ts: TaskState, stage: str, round_index: int, t: float,
@@ -129,10 +137,12 @@ class Cluster:
         spec = self.sims[0]._stage_spec[(ts.task_id, stage)]
         key = (ts.task_id, stage)
         prev = self._where.get(key)
+        n_out = self._out_n.get(spec.agent)
         req = RouteRequest(ts.task_id, ts.workflow, stage, spec.agent, round_index,
                            spec.calls[round_index].prompt_tokens,
                            self.sims[0].agents[spec.agent].prefix_tokens, t, ts.arrival_s,
-                           self._home.get(ts.task_id), prev)
+                           self._home.get(ts.task_id), prev,
+                           self._out_sum[spec.agent] / n_out if n_out else None)
         rid = self.router.route(req, self._view(t))
         if not isinstance(rid, int) or isinstance(rid, bool) or not 0 <= rid < len(self.sims):
             raise RouterError(f"router {getattr(self.router, 'name', self.router)!r} returned "
@@ -152,7 +162,20 @@ class Cluster:
             target.tasks.setdefault(ts.task_id, ts)
             target._ready_local(ts, stage, round_index, t)
         else:
+            self._transit_n[rid] += 1
+            self._transit_tokens[rid] += req.prompt_tokens
             self._push(rid, t, _INJECT, (ts, stage, round_index, cause))
+
+    def finished(self, agent: str, output_tokens: int) -> None:
+        """A call of ``agent`` finished with ``output_tokens`` (Simulator._finish)."""
+        self._out_sum[agent] = self._out_sum.get(agent, 0) + output_tokens
+        self._out_n[agent] = self._out_n.get(agent, 0) + 1
+
+    def landed(self, rid: int, task_id: int, stage: str, round_index: int) -> None:
+        """A routed call reached its replica's queue (Simulator, on the routed event)."""
+        self._transit_n[rid] -= 1
+        self._transit_tokens[rid] -= \
+            self.sims[0]._stage_spec[(task_id, stage)].calls[round_index].prompt_tokens
 
     def _push(self, rid: int, t: float, kind: int, payload) -> None:
         self.sims[rid]._push(t, kind, payload)

@@ -658,6 +658,8 @@ class Simulator:
         st.output_tokens += r.generated_tokens
         ts.version += 1
         self._n_req_done_by_task[r.task_id] += 1
+        if self._cluster is not None:
+            self._cluster.finished(r.agent, job.out_total)
         self.request_records.append(RequestRecord(
             r.request_id, r.task_id, r.stage, r.agent, r.round_index, r.prompt_tokens,
             job.out_total, r.ready_s, job.first_admit_s,
@@ -796,6 +798,7 @@ class Simulator:
         elif kind == _INJECT:
             self._parked = False
             ts, stage, round_index, cause = payload
+            self._cluster.landed(self.replica_id, ts.task_id, stage, round_index)
             self.tasks.setdefault(ts.task_id, ts)
             # ready when this engine sees it (after the iteration it landed in), as a
             # single engine treats its own events

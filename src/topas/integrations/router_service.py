@@ -234,10 +234,10 @@ class Backend:
 class _Placed:
     """What :meth:`RouterService.place` decided for one request."""
 
-    __slots__ = ("backend", "tokens")
+    __slots__ = ("backend", "tokens", "agent")
 
-    def __init__(self, backend: Backend, tokens: int) -> None:
-        self.backend, self.tokens = backend, tokens
+    def __init__(self, backend: Backend, tokens: int, agent: str = "") -> None:
+        self.backend, self.tokens, self.agent = backend, tokens, agent
 
 
 class RouterService:
@@ -282,6 +282,9 @@ class RouterService:
         self._next_task = 0
         self._home: dict[int, int] = {}
         self._where: dict[tuple[int, str], int] = {}
+        # agent -> (output tokens, answers) from the backends' `usage.completion_tokens`:
+        # the routers' expected output length of that agent's next call
+        self._out: dict[str, tuple[int, int]] = {}
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -379,8 +382,10 @@ class RouterService:
                 rnd, prefix = tag.round_index, tag.prefix_tokens
             dyn = max(total - prefix, 0)
             key = (tid, stage)
+            o = self._out.get(agent)
             req = RouteRequest(tid, workflow, stage, agent, rnd, dyn, prefix, now, arrival,
-                               self._home.get(tid), self._where.get(key))
+                               self._home.get(tid), self._where.get(key),
+                               o[0] / o[1] if o else None)
             view = ClusterView(now, tuple(b.view(self.cost) for b in live), self.routed)
             rid = self.router.route(req, view)
             if not any(b.index == rid for b in live) or isinstance(rid, bool):
@@ -396,7 +401,7 @@ class RouterService:
                 self._where[key] = rid
                 b.touch(("p", agent), prefix, now)
                 b.touch(("c", tid, stage), dyn, now)
-            return _Placed(b, total)
+            return _Placed(b, total, agent)
 
     def finish(self, placed: _Placed, error: bool = False) -> None:
         with self.lock:
@@ -405,6 +410,17 @@ class RouterService:
             b.in_flight_tokens -= placed.tokens
             if error:
                 b.errors += 1
+
+    def learn_output(self, agent: str, answer: bytes) -> None:
+        """Note the output length of a whole (non-streamed) JSON answer of ``agent``."""
+        try:
+            n = json.loads(answer)["usage"]["completion_tokens"]
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            return
+        if isinstance(n, int) and not isinstance(n, bool) and n >= 0:
+            with self.lock:
+                tot, k = self._out.get(agent, (0, 0))
+                self._out[agent] = (tot + n, k + 1)
 
     def mark_down(self, b: Backend) -> None:
         with self.lock:
@@ -498,11 +514,18 @@ class _Handler(BaseHTTPRequestHandler):
             log.exception("routing failed")
             self._error(500, f"router: {type(e).__name__}: {e}", "router", "router_error")
             return
+        settled = []
+
+        def done(ok: bool) -> None:  # once: when the backend's answer is in, or on failure
+            if not settled:
+                settled.append(ok)
+                svc.finish(placed, error=not ok)
+
         ok = False
         try:
-            ok = self._relay(placed.backend, "POST", path, body)
+            ok = self._relay(placed.backend, "POST", path, body, placed.agent, done)
         finally:
-            svc.finish(placed, error=not ok)
+            done(ok)
 
     def _read_body(self) -> bytes:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
@@ -525,7 +548,8 @@ class _Handler(BaseHTTPRequestHandler):
         return data
 
     # ------------------------------------------------------------------ relay
-    def _relay(self, b: Backend, method: str, path: str | None, body: bytes | None) -> bool:
+    def _relay(self, b: Backend, method: str, path: str | None, body: bytes | None,
+               agent: str | None = None, done=None) -> bool:
         """Forward to ``b`` and relay its answer; True when a response was relayed whole."""
         svc = self.svc
         headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
@@ -560,8 +584,19 @@ class _Handler(BaseHTTPRequestHandler):
             elif length is not None and not resp.chunked:
                 self.send_header("Content-Length", length)
                 self.end_headers()
-                while chunk := resp.read(65536):
-                    self.wfile.write(chunk)
+                if length.isdigit() and int(length) <= 1 << 22:
+                    # a whole answer (an LLM completion is small): read it, settle the
+                    # bookkeeping, then relay it, so a client's next request already sees
+                    # this one finished
+                    data = resp.read()
+                    if agent is not None and 200 <= resp.status < 300:
+                        svc.learn_output(agent, data)
+                    if done is not None:
+                        done(200 <= resp.status < 400)
+                    self.wfile.write(data)
+                else:
+                    while chunk := resp.read(65536):
+                        self.wfile.write(chunk)
             else:  # streamed (SSE) or of unknown length: relay each piece as it comes
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()

@@ -39,6 +39,8 @@ class RouteRequest:
     home: int | None = None
     #: the replica that ran this stage's previous round, where its context is (None if none)
     context_at: int | None = None
+    #: mean output tokens of the agent's finished calls so far (None before the first)
+    expected_output_tokens: float | None = None
 
 
 @dataclass(frozen=True)

@@ -104,10 +104,13 @@ class TopasRouter(Router):
 
     name = "topas"
 
-    def __init__(self, expected_output_tokens: int = 128) -> None:
+    def __init__(self, expected_output_tokens: int = 128, externality: float = 1.0) -> None:
         if expected_output_tokens < 1:
             raise ValueError(f"expected_output_tokens {expected_output_tokens}: must be >= 1")
+        if not 0.0 <= externality <= 10.0:
+            raise ValueError(f"externality {externality}: must be in [0, 10]")
         self.out = expected_output_tokens
+        self.externality = externality
 
     def expected_finish_s(self, req: RouteRequest, r: ReplicaView) -> float:
         """Seconds until ``req`` would finish on ``r``: wait + prefix miss + prefill + decode.
@@ -120,6 +123,7 @@ class TopasRouter(Router):
         * decode: ``out`` steps of a batch of every running and queued request plus this one.
         """
         c = r.cost
+        out = req.expected_output_tokens or self.out
         resident = r.prefix_resident(req.agent)
         if resident:
             miss = 0.0
@@ -128,15 +132,23 @@ class TopasRouter(Router):
         else:
             miss = c.prefill_time(req.prefix_tokens)
         ctx = r.cached_tokens(req) - (req.prefix_tokens if resident else 0)
-        need = req.prompt_tokens + self.out + (0 if resident else req.prefix_tokens)
+        need = req.prompt_tokens + out + (0 if resident else req.prefix_tokens)
         step = c.decode_step_time(r.outstanding + 1,
                                   r.used_kv_tokens + r.queued_prompt_tokens + need)
         wait = c.prefill_time(r.queued_prompt_tokens) if r.queued_prompt_tokens else 0.0
         excess = r.used_kv_tokens + r.queued_prompt_tokens + need - r.kv_budget_tokens
         if excess > 0:
-            wait += excess / r.kv_budget_tokens * self.out * step
+            wait += excess / r.kv_budget_tokens * out * step
         own = c.prefill_time(max(req.prompt_tokens - ctx, 1), req.prefix_tokens + ctx)
-        return wait + miss + own + self.out * step
+        finish = wait + miss + own + out * step
+        if self.externality and r.outstanding:
+            # the delay this call imposes on the replica's other requests: its prefill
+            # iterations (and a prefix recompute) stall the running batch, and each of its
+            # decode steps makes everyone's step longer
+            stall = own + (miss if not resident and not r.prefix_on_host(req.agent) else 0.0)
+            base = c.decode_step_time(r.outstanding, r.used_kv_tokens + r.queued_prompt_tokens)
+            finish += self.externality * (r.running * stall + r.outstanding * out * (step - base))
+        return finish
 
     def route(self, req: RouteRequest, view: ClusterView) -> int:
         return min(view.replicas, key=lambda r: (self.expected_finish_s(req, r),
