@@ -191,6 +191,9 @@ def test_cli_replicas_and_router(capsys):
 @pytest.mark.parametrize("argv, needle", [
     (["--replicas", "0"], "--replicas"),
     (["--replicas", "2", "--router", "nope"], "--router: invalid choice: 'nope'"),
+    (["--replicas", "2", "--router", "topas", "--router-param", "externality=20"],
+     "router 'topas': externality 20: must be in [0, 10]"),
+    (["--replicas", "2", "--router-param", "oops"], "--router-param 'oops': expected KEY=VALUE"),
 ])
 def test_cli_rejects_bad_cluster_arguments(argv, needle, capsys):
     assert main(["run", "--workload", "dag4", "--tasks", "2"] + argv) != 0

@@ -158,6 +158,15 @@ def _check_sim_args(args, policies: list[str]) -> dict:
         check_out_dir(args.out)
     _check_workload(args.workload)
     args.profile_obj = _load_profile(args.profile)
+    args.router_params = {}
+    if getattr(args, "router_param", None):
+        from topas.routing import make_router, parse_router_params
+
+        try:
+            args.router_params = parse_router_params(args.router_param)
+            make_router(args.router, **args.router_params)
+        except ValueError as e:
+            raise CliError(str(e)) from None
     return _check_policies(args, policies)
 
 
@@ -209,6 +218,7 @@ def _run_one(args, policy: str, tasks=None, quiet: bool = False):
 
                 cres = simulate_cluster(
                     args.workload, policy, replicas=args.replicas, router=args.router,
+                    router_params=getattr(args, "router_params", None),
                     rate=args.rate, n_tasks=args.tasks, seed=args.seed,
                     profile=getattr(args, "profile_obj", args.profile), tasks=tasks,
                     progress=adv, policy_params=params, **engine_kw)
@@ -435,6 +445,8 @@ def _add_sim_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--router", choices=list(ROUTERS), default=DEFAULT_ROUTER,
                    help=f"how calls are placed on replicas (default {DEFAULT_ROUTER}; "
                    "`topas list` describes each)")
+    p.add_argument("--router-param", action="append", metavar="KEY=VALUE", help="a router "
+                   "parameter, e.g. --router-param externality=0.5 (repeatable)")
     p.add_argument("--param", action="append", metavar="KEY=VALUE", help="a policy "
                    "parameter, e.g. --param rho=0.5 --param redo_cost=decode (repeatable; "
                    "`topas list --params POLICY` lists them)")

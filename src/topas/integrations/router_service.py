@@ -68,7 +68,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from topas.engine.cost import DEFAULT_PROFILE, get_profile
 from topas.engine.snapshot import Location, PrefixState
 from topas.integrations.vllm.tags import TagError, parse_tag
-from topas.routing import DEFAULT_ROUTER, ROUTERS, make_router
+from topas.routing import DEFAULT_ROUTER, ROUTERS, make_router, parse_router_params
 from topas.routing.base import ClusterView, ReplicaView, RouteRequest, Router
 
 __all__ = ["Backend", "RouterService", "add_arguments", "estimate_prompt_tokens", "main",
@@ -112,27 +112,6 @@ def parse_backend_url(url: str) -> tuple[str, str, int, str]:
     if path.endswith("/v1"):
         raise ValueError(f"backend {url!r}: give the server's base URL, without /v1")
     return u.scheme, u.hostname, port or (443 if u.scheme == "https" else 80), path
-
-
-def parse_router_params(items: list[str] | None) -> dict:
-    """``["k=v", ...]`` -> ``{k: v}`` with v an int, else a float, else the string."""
-    out: dict = {}
-    for item in items or ():
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ValueError(f"--router-param {item!r}: expected KEY=VALUE")
-        if key in out:
-            raise ValueError(f"--router-param {key}: given twice")
-        val: object = raw
-        for conv in (int, float):
-            try:
-                val = conv(raw)
-                break
-            except ValueError:
-                pass
-        out[key] = val
-    return out
 
 
 def _chars(x: object) -> int:

@@ -46,7 +46,31 @@ def make_router(name: str, **params) -> Router:
         return ROUTERS[name](**params)
     except TypeError as e:
         raise ValueError(f"router {name!r}: bad parameters {params}: {e}") from None
+    except ValueError as e:
+        raise ValueError(f"router {name!r}: {e}") from None
+
+
+def parse_router_params(items: list[str] | None) -> dict:
+    """``["k=v", ...]`` (``--router-param``) -> ``{k: v}`` with v an int, else a float, else
+    the string; ``make_router`` checks names and ranges."""
+    out: dict = {}
+    for item in items or ():
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"--router-param {item!r}: expected KEY=VALUE")
+        if key in out:
+            raise ValueError(f"--router-param {key}: given twice")
+        val: object = raw
+        for conv in (int, float):
+            try:
+                val = conv(raw)
+                break
+            except ValueError:
+                pass
+        out[key] = val
+    return out
 
 
 __all__ = ["DEFAULT_ROUTER", "ROUTERS", "ROUTER_SUMMARIES", "ClusterView", "ReplicaView",
-           "RouteRequest", "Router", "RouterError", "make_router"]
+           "RouteRequest", "Router", "RouterError", "make_router", "parse_router_params"]
