@@ -3,14 +3,14 @@
     PYTHONPATH=src python benchmarks/cluster_table.py [--workloads metagpt-tl,dag4,...]
         [--replicas 2,4,8] [--policies fcfs,continuum,topas] [--routers all]
         [--seeds 3-12] [--mult 1.25] [--tasks-per-replica 20] [--jobs 2]
-        [--cache .cluster-cache.json]
+        [--cache .cluster-cache.json] [--plot docs/img/cluster-routers.png] [--format wide]
 
 Each workload runs at ``mult`` x its default rate x N on N replicas (every replica as busy as
 the single engine of the reproduction) with ``tasks-per-replica`` x N tasks, the engine's
 defaults otherwise (context cache on).  For every (workload, N, policy) it prints each
 router's mean JCT over the seeds and its per-seed paired relative difference against
-round-robin (mean and 95 % t-interval; negative: the router is faster), for mean and p99 JCT,
-and at the end which router is best most often.  Results are cached in ``--cache`` (written
+round-robin (mean and 95 % t-interval; negative: the router is faster), for mean and p99 JCT
+(the best router's mean in bold), and at the end which router is best most often.  Results are cached in ``--cache`` (written
 atomically after every finished run) so an interrupted sweep resumes.
 """
 
@@ -64,6 +64,10 @@ def main(argv=None) -> int:
     ap.add_argument("--tasks-per-replica", type=int, default=20)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--cache", default=".cluster-cache.json")
+    ap.add_argument("--plot", default=None, help="also write the figure here (PNG)")
+    ap.add_argument("--format", choices=["wide", "long"], default="wide",
+                    help="wide: one row per (N, policy), a column per router (docs/cluster.md);"
+                    " long: one row per router, with mean and p99 JCT in seconds")
     a = ap.parse_args(argv)
     wls = a.workloads.split(",")
     ns = [int(x) for x in a.replicas.split(",")]
@@ -92,12 +96,20 @@ def main(argv=None) -> int:
                 for s in seeds]
 
     best_count: dict[str, int] = {r: 0 for r in routers}
+    panels: dict = {}
     print(f"seeds {a.seeds}, rate {a.mult} x default x N, {a.tasks_per_replica} x N tasks; "
           "paired difference vs round-robin, mean [95 % interval]\n")
+    wide = a.format == "wide"
+    others = [r for r in routers if r != "round-robin"]
     for w in wls:
         print(f"### {w}\n")
-        print("| N | policy | router | mean JCT s | vs round-robin | p99 JCT s | p99 vs rr |")
-        print("|---|---|---|---:|---:|---:|---:|")
+        if wide:
+            print("| N | policy | round-robin mean / p99 JCT s | "
+                  + " | ".join(others) + " |")
+            print("|---|---|---:|" + "---:|" * len(others))
+        else:
+            print("| N | policy | router | mean JCT s | vs round-robin | p99 JCT s | p99 vs rr |")
+            print("|---|---|---|---:|---:|---:|---:|")
         for n in ns:
             for p in pols:
                 rr, rr99 = vals(w, n, p, "round-robin", "mean_jct_s"), \
@@ -105,16 +117,33 @@ def main(argv=None) -> int:
                 means = {r: float(np.mean(vals(w, n, p, r, "mean_jct_s"))) for r in routers}
                 best = min(means, key=means.get)
                 best_count[best] += 1
+                cells = []
                 for r in routers:
                     m, m99 = vals(w, n, p, r, "mean_jct_s"), vals(w, n, p, r, "p99_jct_s")
-                    d = "-" if r == "round-robin" else paired(m, rr).fmt()
+                    pr = None if r == "round-robin" else paired(m, rr)
+                    if pr is not None:
+                        panels.setdefault(f"{w}, {p}", {}).setdefault(r, []).append(
+                            (n, pr.mean_pct, pr.lo_pct, pr.hi_pct))
+                    d = "-" if pr is None else pr.fmt()
                     d99 = "-" if r == "round-robin" else paired(m99, rr99).fmt()
                     mark = " **best**" if r == best else ""
-                    print(f"| {n} | {p} | {r}{mark} | {np.mean(m):,.1f} | {d} | "
-                          f"{np.mean(m99):,.1f} | {d99} |")
+                    if wide:
+                        cells.append(f"{np.mean(m):,.0f} / {np.mean(m99):,.0f}" if pr is None
+                                     else (f"**{d}**" if r == best else d) + f"<br>p99 {d99}")
+                    else:
+                        print(f"| {n} | {p} | {r}{mark} | {np.mean(m):,.1f} | {d} | "
+                              f"{np.mean(m99):,.1f} | {d99} |")
+                if wide:
+                    print(f"| {n} | {p} | " + " | ".join(cells) + " |")
         print()
     print("best router (lowest mean JCT) per (workload, N, policy): "
           + ", ".join(f"{r} {c}" for r, c in sorted(best_count.items(), key=lambda x: -x[1])))
+    if a.plot:
+        from topas.metrics.plots import router_comparison
+
+        router_comparison(Path(a.plot), f"routers vs round-robin, paired over seeds {a.seeds}",
+                          panels)
+        print(f"figure: {a.plot}", file=sys.stderr)
     return 0
 
 

@@ -217,3 +217,39 @@ def paired_forest(path: Path, title: str,
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     return _save(fig, path)
+
+
+#: one colour per router (docs/cluster.md's figure)
+_ROUTER_COLORS = {"round-robin": "#7f7f7f", "least-outstanding": "#1f77b4",
+                  "prefix-affinity": "#2ca02c", "task-affinity": "#9467bd", "topas": "#d62728"}
+
+
+def router_comparison(path: Path, title: str,
+                      panels: Mapping[str, Mapping[str, Sequence[tuple[int, float, float, float]]]]
+                      ) -> Path:
+    """One panel per (workload, policy): for each router, its paired mean-JCT difference
+    against round-robin (percent, 95 % interval) at each replica count.  ``panels`` maps a
+    panel title to ``{router: [(replicas, mean, lo, hi)]}``."""
+    fig, axes = _panel_grid(len(panels))
+    flat = [ax for row in axes for ax in row]
+    for ax, (ptitle, routers) in zip(flat, panels.items()):
+        names = list(routers)
+        for k, r in enumerate(names):
+            pts = routers[r]
+            xs = [i + (k - (len(names) - 1) / 2) * 0.14 for i in range(len(pts))]
+            ms = [m for _, m, _, _ in pts]
+            err = [[m - lo for _, m, lo, _ in pts], [hi - m for _, m, _, hi in pts]]
+            ax.errorbar(xs, ms, yerr=err, fmt="o", ms=4, capsize=2, label=r,
+                        color=_ROUTER_COLORS.get(r, "#333333"))
+        reps = [n for n, _, _, _ in next(iter(routers.values()))]
+        ax.set_xticks(range(len(reps)), [f"{n} replicas" for n in reps])
+        ax.axhline(0.0, color="black", lw=0.8)
+        ax.set_ylabel("mean JCT vs round-robin (%)")
+        ax.set_title(ptitle, fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+    for ax in flat[len(panels):]:
+        ax.set_visible(False)
+    flat[0].legend(fontsize=7, loc="best")
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    return _save(fig, path)

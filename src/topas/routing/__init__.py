@@ -25,7 +25,7 @@ ROUTERS: dict[str, Callable[..., Router]] = {
 
 
 #: the router ``topas run --replicas N`` uses unless ``--router`` names another
-DEFAULT_ROUTER = "task-affinity"
+DEFAULT_ROUTER = "topas"
 
 #: one line per router, for ``topas list``
 ROUTER_SUMMARIES: dict[str, str] = {
@@ -34,7 +34,8 @@ ROUTER_SUMMARIES: dict[str, str] = {
     "prefix-affinity": "largest cached share of the prompt unless load is imbalanced "
                        "(SGLang router cache-aware)",
     "task-affinity": "a task stays where its contexts are unless overloaded (Autellix)",
-    "topas": "earliest expected finish of the call: queue, prefix miss, prefill, decode",
+    "topas": "earliest expected finish of the call (queue, prefix miss, prefill, decode) "
+             "plus the delay it imposes on the replica's other requests",
 }
 
 

@@ -16,9 +16,13 @@
 * ``topas``: the replica where the call is expected to *finish* soonest: queued prefill
   work ahead of it, plus its prefix's miss cost there (a swap-in when the host has a copy,
   else a recompute), plus prefilling the part of its prompt not cached there, plus its
-  share of the running batch.  The task's remaining path after this call does not depend on
-  the replica, so minimising this call's completion minimises the task's expected longest
-  remaining path (the TOPAS gain) over replicas.
+  share of the running batch, plus (weight ``externality``) the delay it imposes on that
+  replica's other requests: its prefill (and prefix recompute) stalls the running batch, and
+  each of its decode steps makes everyone's step longer.  The task's remaining path after
+  this call does not depend on the replica, so the first part is the TOPAS gain of the
+  placement for this task and the second its cost to the tasks already there, all in
+  seconds from the replica's cost model.  The output length is the agent's mean so far
+  (``RouteRequest.expected_output_tokens``), else ``expected_output_tokens``.
 """
 
 from __future__ import annotations
