@@ -75,6 +75,18 @@ def simulate(workload: str, policy: str, *, rate: float | None = None, n_tasks: 
              progress: Callable[[int], None] | None = None, **engine_kw) -> SimResult:
     """Run ``workload`` under ``policy`` on the embedded simulator.  The same ``seed`` gives
     the same trajectories for every policy (pass ``tasks`` to reuse a sample)."""
+    seed, prof = _check_run(policy, policy_params, tasks, progress, seed, profile)
+    pol = build_policy(policy, seed, policy_params)
+    wl, sampled = sample_tasks(workload, n_tasks, rate, seed)
+    sim = Simulator(list(tasks) if tasks is not None else sampled,
+                    {a.name: a for a in wl.agents}, prof, pol, seed=seed, progress=progress,
+                    **engine_kw)
+    return sim.run()
+
+
+def _check_run(policy, policy_params, tasks, progress, seed, profile) -> tuple[int, Profile]:
+    """The arguments ``simulate`` and ``simulate_cluster`` share, checked: the seed as an int
+    and the profile loaded."""
     if not isinstance(policy, str):
         raise TypeError(f"policy: must be a policy name, got {type(policy).__name__} "
                         f"{policy!r}")
@@ -87,13 +99,7 @@ def simulate(workload: str, policy: str, *, rate: float | None = None, n_tasks: 
     seed = _int_or_none(seed, "seed", 0)
     if seed is None:
         raise TypeError("seed: must be an integer >= 0, got None")
-    prof = _profile(profile)
-    pol = build_policy(policy, seed, policy_params)
-    wl, sampled = sample_tasks(workload, n_tasks, rate, seed)
-    sim = Simulator(list(tasks) if tasks is not None else sampled,
-                    {a.name: a for a in wl.agents}, prof, pol, seed=seed, progress=progress,
-                    **engine_kw)
-    return sim.run()
+    return seed, _profile(profile)
 
 
 def _check_tasks(tasks) -> None:
@@ -127,9 +133,6 @@ def simulate_cluster(workload: str, policy: str, *, replicas: int = 2,
     ``result.as_sim_result()`` is the cluster as one run for :func:`topas.metrics.summarize`;
     ``result.replicas`` holds each replica's run.  ``replicas=1`` gives the single engine's
     task finish times."""
-    if not isinstance(policy, str):
-        raise TypeError(f"policy: must be a policy name, got {type(policy).__name__} "
-                        f"{policy!r}")
     if not isinstance(router, str):
         raise TypeError(f"router: must be a router name, got {type(router).__name__} "
                         f"{router!r}")
@@ -138,13 +141,7 @@ def simulate_cluster(workload: str, policy: str, *, replicas: int = 2,
     if router_params is not None and not isinstance(router_params, Mapping):
         raise TypeError(f"router_params: must be a mapping name -> value, got "
                         f"{type(router_params).__name__}")
-    _check_tasks(tasks)
-    if progress is not None and not callable(progress):
-        raise TypeError(f"progress: must be callable, got {type(progress).__name__}")
-    seed = _int_or_none(seed, "seed", 0)
-    if seed is None:
-        raise TypeError("seed: must be an integer >= 0, got None")
-    prof = _profile(profile)
+    seed, prof = _check_run(policy, policy_params, tasks, progress, seed, profile)
     build_policy(policy, seed, policy_params)  # bad names / parameters fail here, once
     rt = make_router(router, **dict(router_params or {}))
     wl, sampled = sample_tasks(workload, n_tasks, rate, seed)

@@ -7,32 +7,21 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 
 import pytest
+from http_helpers import free_port, http_get
 
 from topas.integrations.vllm.client import xargs
 
 pytestmark = pytest.mark.vllm
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url: str, timeout: float = 2.0):
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        return r.status, r.read()
-
-
 def test_tagged_request_through_openai_api(tiny_model, tmp_path):
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, TOPAS_POLICY="lpm", VLLM_ENABLE_V1_MULTIPROCESSING="0")
     log = open(tmp_path / "server.log", "w")
     proc = subprocess.Popen(
@@ -48,7 +37,7 @@ def test_tagged_request_through_openai_api(tiny_model, tmp_path):
         while True:
             assert proc.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
             try:
-                if _get(base + "/health")[0] == 200:
+                if http_get(base + "/health")[0] == 200:
                     break
             except OSError:
                 pass

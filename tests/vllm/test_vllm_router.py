@@ -20,13 +20,13 @@ import os
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 
 import pytest
+from http_helpers import free_port, http_get
 
 from topas.integrations.router_service import RouterService
 from topas.integrations.vllm.tags import make_tag
@@ -41,19 +41,8 @@ VOCAB = 4096
 KV_BYTES = 8 << 20
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url: str, timeout: float = 2.0):
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        return r.status, r.read()
-
-
 def _start(tiny_model: str, log_path) -> tuple[subprocess.Popen, str, object]:
-    port = _free_port()
+    port = free_port()
     # one OpenMP thread each and no core binding: the two servers share the machine's cores
     env = dict(os.environ, TOPAS_POLICY="fcfs", VLLM_ENABLE_V1_MULTIPROCESSING="0",
                OMP_NUM_THREADS="1", VLLM_CPU_OMP_THREADS_BIND="nobind")
@@ -83,7 +72,7 @@ def _prefix_hits(base: str) -> tuple[float, float]:
     """(hit tokens, queried tokens) so far: vLLM v1's ``vllm:prefix_cache_hits`` /
     ``vllm:prefix_cache_queries`` counters (``_total`` in the exposition), summed over
     label sets."""
-    text = _get(base + "/metrics", timeout=10)[1].decode()
+    text = http_get(base + "/metrics", timeout=10)[1].decode()
     out = []
     for name in ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"):
         vals = re.findall(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.eE+-]+)$", text, re.M)
@@ -128,7 +117,7 @@ def test_router_service_keeps_prefixes_where_they_are_cached(tiny_model, tmp_pat
             while True:
                 assert proc.poll() is None, (tmp_path / f"server{i}.log").read_text()[-3000:]
                 try:
-                    if _get(base + "/health")[0] == 200:
+                    if http_get(base + "/health")[0] == 200:
                         break
                 except OSError:
                     pass
@@ -140,9 +129,9 @@ def test_router_service_keeps_prefixes_where_they_are_cached(tiny_model, tmp_pat
             before = [_prefix_hits(b) for b in bases]
             with RouterService(bases, router=name, profile="cpu/tiny-llama",
                                kv_budget_tokens=KV_BYTES // 2048) as svc:
-                assert _get(svc.url + "/health")[0] == 200
+                assert http_get(svc.url + "/health")[0] == 200
                 where = _workflow(svc, tiny_model, seed + 1)
-                stats = json.loads(_get(svc.url + "/router/stats")[1])
+                stats = json.loads(http_get(svc.url + "/router/stats")[1])
             after = [_prefix_hits(b) for b in bases]
             per = [a[0] - b[0] for a, b in zip(after, before)]
             hits[name] = sum(per)
