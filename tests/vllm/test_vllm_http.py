@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 import urllib.request
 
 import pytest
-from http_helpers import free_port, http_get
+from http_helpers import free_port, stop_server, wait_healthy
 
 from topas.integrations.vllm.client import xargs
 
@@ -33,16 +32,7 @@ def test_tagged_request_through_openai_api(tiny_model, tmp_path):
         stdout=log, stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 240
-        while True:
-            assert proc.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
-            try:
-                if http_get(base + "/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert time.time() < deadline, "server did not become healthy in 240 s"
-            time.sleep(1.0)
+        wait_healthy(proc, base, tmp_path / "server.log", time.time() + 240)
         body = {"model": tiny_model, "prompt": list(range(20, 300)), "max_tokens": 6,
                 "min_tokens": 6, "ignore_eos": True, "temperature": 0.0,
                 "vllm_xargs": xargs(task="http-1", stage="plan", agent="architect",
@@ -56,11 +46,5 @@ def test_tagged_request_through_openai_api(tiny_model, tmp_path):
         text = (tmp_path / "server.log").read_text()
         assert "topas scheduler: policy lpm" in text  # our scheduler, under TOPAS_POLICY
     finally:
-        os.kill(proc.pid, signal.SIGTERM)  # stop the server by its PID
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        log.close()
+        stop_server(proc, log)  # by its PID
     assert proc.returncode is not None

@@ -19,14 +19,13 @@ import json
 import os
 import random
 import re
-import signal
 import subprocess
 import sys
 import time
 import urllib.request
 
 import pytest
-from http_helpers import free_port, http_get
+from http_helpers import free_port, http_get, stop_server, wait_healthy
 
 from topas.integrations.router_service import RouterService
 from topas.integrations.vllm.tags import make_tag
@@ -55,17 +54,6 @@ def _start(tiny_model: str, log_path) -> tuple[subprocess.Popen, str, object]:
          "--scheduler-cls", "topas.integrations.vllm.scheduler.TopasScheduler"],
         stdout=log, stderr=subprocess.STDOUT, env=env)
     return proc, f"http://127.0.0.1:{port}", log
-
-
-def _stop(proc: subprocess.Popen, log) -> None:
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGTERM)  # by its PID
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-    log.close()
 
 
 def _prefix_hits(base: str) -> tuple[float, float]:
@@ -114,15 +102,7 @@ def test_router_service_keeps_prefixes_where_they_are_cached(tiny_model, tmp_pat
     try:
         deadline = time.time() + 240
         for i, (proc, base, _) in enumerate(servers):
-            while True:
-                assert proc.poll() is None, (tmp_path / f"server{i}.log").read_text()[-3000:]
-                try:
-                    if http_get(base + "/health")[0] == 200:
-                        break
-                except OSError:
-                    pass
-                assert time.time() < deadline, "servers did not become healthy in 240 s"
-                time.sleep(1.0)
+            wait_healthy(proc, base, tmp_path / f"server{i}.log", deadline)
         bases = [base for _, base, _ in servers]
         hits: dict[str, float] = {}
         for seed, name in enumerate(("task-affinity", "prefix-affinity", "topas", "round-robin")):
@@ -154,4 +134,4 @@ def test_router_service_keeps_prefixes_where_they_are_cached(tiny_model, tmp_pat
         assert hits["topas"] > hits["round-robin"]
     finally:
         for proc, _, log in servers:
-            _stop(proc, log)
+            stop_server(proc, log)
