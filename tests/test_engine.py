@@ -415,3 +415,21 @@ def test_simulator_rejects_arrival_times_beyond_the_clock_resolution():
         run([one_call_task(0, "A", 100, 10, at=1e300)], [Agent("A", 100)])
     sample_ok = run([one_call_task(0, "A", 100, 10, at=1e8)], [Agent("A", 100)])[1]
     assert sample_ok.tasks[0].jct_s >= sample_ok.tasks[0].lower_bound_s * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("policy", ["continuum", "topas", "autellix-las", "spf"])
+def test_a_policy_object_reused_for_a_second_run_starts_afresh(policy):
+    """Snapshot.run_id: a policy keeps per-run caches (learned tool times, estimates, LAS
+    service) and must drop them when a new engine run starts; a second run with the same
+    object gives the first run's result, and so does each replica of a cluster."""
+    from topas.api import sample_tasks
+
+    wl, tasks = sample_tasks("metagpt-tl", 6, None, 1)
+    agents = {a.name: a for a in wl.agents}
+    prof = get_profile("a100-80g/qwen2.5-32b")
+    pol = make_policy(policy, seed=1)
+    runs = [Simulator(tasks, agents, prof, pol, seed=1).run() for _ in range(2)]
+    fresh = Simulator(tasks, agents, prof, make_policy(policy, seed=1), seed=1).run()
+    key = [(t.task_id, t.finished_s) for t in fresh.tasks]
+    assert [(t.task_id, t.finished_s) for t in runs[0].tasks] == key
+    assert [(t.task_id, t.finished_s) for t in runs[1].tasks] == key

@@ -230,3 +230,4 @@ def test_calls_routed_at_one_instant_see_each_other():
                    lambda: make_policy("fcfs"), make_router("least-outstanding"),
                    replicas=2).run()
     assert cres.routed == [1, 1]
+

@@ -185,6 +185,8 @@ class Simulator:
         self.ctx_cache: OrderedDict[tuple[int, str], tuple[str, int]] = OrderedDict()
         self.ctx_cache_tokens = 0
         self.history: dict[tuple[str, str], list[StageRecord]] = {}
+        #: Snapshot.run_id: policies reset their per-run caches when it changes
+        self._run_token = object()
         self._history_records = 0  #: records in ``history`` (Snapshot.history_records)
         self.used_kv = 0
         self.host_used = 0
@@ -323,6 +325,7 @@ class Simulator:
             waiting_program=tuple(self._wprog), waiting_ready_sum_s=self._wready_sum,
             tasks=self.tasks, held=dict(self.held), history=self.history,
             host_used_tokens=self.host_used, history_records=self._history_records,
+            run_id=self._run_token,
         )
 
     def _decide(self) -> None:

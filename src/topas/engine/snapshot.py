@@ -239,6 +239,14 @@ class Snapshot:
     #: ``history`` (all keys), so statistics memoised on the append-only history are
     #: looked up in O(1) instead of recounted at every event
     history_records: int | None = None
+    #: an object unique to the engine run this snapshot belongs to (compared by identity:
+    #: policies reset their per-run caches when it changes); None: ``history`` stands for it
+    run_id: object = None
+
+    @property
+    def run_key(self) -> object:
+        """What identifies this snapshot's run: ``run_id``, else the ``history`` object."""
+        return self.run_id if self.run_id is not None else self.history
 
     @property
     def kv_budget_tokens(self) -> int:

@@ -139,7 +139,7 @@ class MonteCarloLP:
         #: model returned the very same array object reuses the column (identity, and the
         #: array is kept alive here so its identity cannot be reused)
         self._cols: dict[tuple[int, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        self._history_ref = -1
+        self._run_ref = -1
 
     def _u(self, task: TaskState) -> np.ndarray:
         u = self._uniforms.get(task.task_id)
@@ -167,13 +167,13 @@ class MonteCarloLP:
         (a conditioning input); when omitted it is read from ``snap.running``.
         """
         # a new run: nothing cached is valid (identity, not id(): ids are reused after GC)
-        if snap.history is not self._history_ref:
+        if snap.run_key is not self._run_ref:
             self._entries.clear()
             self._uniforms.clear()
             self._cols.clear()
             if self.copula is not None:
                 self.copula.reset()
-            self._history_ref = snap.history
+            self._run_ref = snap.run_key
         e = self._entries.get(task.task_id)
         if e is not None and e.version == task.version:
             return e

@@ -50,9 +50,9 @@ class AttainedService:
 
     def observe(self, snap: Snapshot) -> None:
         """Credit the time since the previous decision to the calls admitted after it."""
-        if snap.history is not self._run_id:  # a new run (identity: ids are reused after GC)
+        if snap.run_key is not self._run_id:  # a new run (identity: ids are reused after GC)
             self.reset()
-            self._run_id = snap.history
+            self._run_id = snap.run_key
         if self._last_s is not None:
             dt = snap.time_s - self._last_s
             if dt > 0:

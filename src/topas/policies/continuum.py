@@ -182,9 +182,9 @@ class Continuum:
 
     # -- learning tool durations ----------------------------------------------------------
     def observe(self, snap: Snapshot) -> None:
-        if snap.history is not self._run_id:  # identity: ids are reused after GC
+        if snap.run_key is not self._run_id:  # identity: ids are reused after GC
             self._reset()
-            self._run_id = snap.history
+            self._run_id = snap.run_key
         added = []
         for key, h in snap.held.items():
             if key not in self._tool_start and key[0] in snap.tasks:

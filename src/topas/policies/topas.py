@@ -288,8 +288,8 @@ class Topas:
     def _new_run_check(self, snap: Snapshot) -> None:
         """Drop every cache when a new run starts (a new history object) and forget tasks
         that finished (bounded memory)."""
-        if snap.history is not self._run_id:  # identity: ids are reused after GC
-            self._run_id = snap.history
+        if snap.run_key is not self._run_id:  # identity: ids are reused after GC
+            self._run_id = snap.run_key
             self._task_info.clear()
             self._moves.clear()
             self._lookahead.clear()

@@ -153,6 +153,8 @@ class TopasScheduler(Scheduler):
         self._pins: dict[str, list] = {}
         self._held: dict[tuple[int, str], _Held] = {}
         self._history: dict[tuple[str, str], list[StageRecord]] = {}
+        #: Snapshot.run_id: policies reset their per-run caches when it changes
+        self._run_token = object()
         #: (task, stage) first seen at a round > 0 (earlier calls forgotten): no history record
         self._partial: set[tuple[int, str]] = set()
         self._tag_warned: dict[str, tuple[float, int]] = {}
@@ -423,7 +425,8 @@ class TopasScheduler(Scheduler):
                                         max_batch_requests=self.max_num_active_reqs)
         return Snapshot(time_s=now, event=event, config=self.topas_config, cost=self.topas_cost,
                         used_kv_tokens=used, prefixes=self._prefixes, running=running,
-                        waiting=waiting, tasks=self._tasks, held=held, history=self._history)
+                        waiting=waiting, tasks=self._tasks, held=held, history=self._history,
+                        run_id=self._run_token)
 
     # -- prefix pins ------------------------------------------------------------------------------
     def _pin_ready_prefixes(self) -> None:
