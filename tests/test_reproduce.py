@@ -246,6 +246,15 @@ def test_transient_failures_are_reported_not_cached(tmp_path, monkeypatch):
     assert "error" not in again[job] and len(list(tmp_path.glob("*.json"))) == 1
 
 
+
+def _default_sigint() -> None:
+    """The child takes Ctrl-C even when this run inherited SIGINT ignored (a background job
+    of a non-interactive shell, e.g. `nohup .ci/run &`): Python leaves an ignored SIGINT
+    ignored, and the reproduce would then finish instead of stopping."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 def test_sigint_stops_reproduce_fast_and_keeps_a_resumable_cache(tmp_path):
     import signal
     import subprocess
@@ -257,7 +266,8 @@ def test_sigint_stops_reproduce_fast_and_keeps_a_resumable_cache(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "topas.cli", "reproduce", "--quick",
                              "--workloads", "chain3", "--tasks", "2", "--jobs", "2",
                              "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_sigint)
     try:
         t0 = time.monotonic()
         while not list(cache.glob("*.json")) and time.monotonic() - t0 < 120:

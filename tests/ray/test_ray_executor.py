@@ -96,13 +96,23 @@ def test_sweep_results_are_byte_identical_and_ray_resumes_the_pools_cache(tmp_pa
     assert len(list((outs["pool"] / "cache").glob("*.json"))) == n
 
 
+
+def _default_sigint() -> None:
+    """The child takes Ctrl-C even when this run inherited SIGINT ignored (a background job
+    of a non-interactive shell, e.g. `nohup .ci/run &`): Python leaves an ignored SIGINT
+    ignored, and the reproduce would then finish instead of stopping."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 def test_sigint_stops_a_ray_reproduce_and_keeps_a_resumable_cache(tmp_path):
     out = tmp_path / "rep"
     cache = out / "cache"
     proc = subprocess.Popen([sys.executable, "-m", "topas.cli", "reproduce", "--quick",
                              "--workloads", "chain3", "--tasks", "2", "--jobs", "2",
                              "--executor", "ray", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_sigint)
     try:
         t0 = time.monotonic()
         while len(list(cache.glob("*.json"))) < 5 and time.monotonic() - t0 < 120:
