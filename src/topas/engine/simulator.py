@@ -61,7 +61,8 @@ from topas.engine.snapshot import (
     StageStatus,
     TaskState,
 )
-from topas.workflow.model import MAX_TIME_S, Agent, Task, validate_fits, validate_task
+from topas.workflow.model import (MAX_TIME_S, Agent, Task, round_up_to_blocks, validate_fits,
+                                  validate_task)
 
 # event kinds (heap entries are (time, seq, kind, payload))
 _ARRIVAL, _TOOL, _SWAP_IN, _SWAP_OUT, _HOLD = range(5)
@@ -213,8 +214,7 @@ class Simulator:
         heapq.heappush(self._heap, (t, self._seq, kind, payload))
 
     def _blocks(self, tokens: int) -> int:
-        b = self.config.block_size
-        return tokens if b <= 1 else -(-tokens // b) * b
+        return round_up_to_blocks(tokens, self.config.block_size)
 
     def _wprog_key(self, r: RequestState) -> tuple[float, int, float, int]:
         """A waiting request's place in program-level FCFS order (task arrival, task id,

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING
 
+from topas.workflow.model import round_up_to_blocks
+
 if TYPE_CHECKING:  # pragma: no cover
     from topas.engine.cost import CostModel
 
@@ -258,5 +260,4 @@ class Snapshot:
 
     def blocks(self, tokens: int) -> int:
         """Round ``tokens`` up to whole KV blocks (in tokens)."""
-        b = self.config.block_size
-        return tokens if b <= 1 else -(-tokens // b) * b
+        return round_up_to_blocks(tokens, self.config.block_size)

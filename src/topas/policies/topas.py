@@ -44,6 +44,7 @@ from topas.policies.base import AdmissionPlan, expected_call_output
 from topas.policies.params import (N_SAMPLES, RESERVE_RATIO, choice, flag, integer, real,
                                    without)
 from topas.policies.parrot import task_fcfs_key
+from topas.workflow.model import round_up_to_blocks
 
 #: defaults chosen by benchmarks/sweep_topas.py (see docs/topas.md)
 DEFAULTS = dict(M=6, K=2, beta=10.0, rho=0.25, H_age=None, min_gain_s=1e-3, joint_gain=True)
@@ -696,8 +697,7 @@ class _Context:
                 delta, l_now = self.delta(e, r.stage, ())
             gen_t = r.generated_tokens
             tokens = r.prompt_tokens + gen_t
-            if step > 1:  # Snapshot.blocks, inlined
-                tokens = -(-tokens // step) * step
+            tokens = round_up_to_blocks(tokens, step)
             if held:
                 h = held.get((tid, r.stage))
                 if h is not None and h.expires_s > now:

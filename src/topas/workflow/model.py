@@ -195,6 +195,12 @@ def validate_task(task: Task, agents: Mapping[str, Agent]) -> Task:
     return task
 
 
+def round_up_to_blocks(tokens: int, block_size: int) -> int:
+    """``tokens`` rounded up to whole KV blocks of ``block_size`` tokens (the engines'
+    allocation unit; ``block_size <= 1``: tokens as they are).  The one place this rule lives:
+    the simulator, the snapshot, the vLLM adapter, the policies and ``validate_fits`` use it."""
+    return tokens if block_size <= 1 else -(-tokens // block_size) * block_size
+
 def validate_fits(task: Task, agents: Mapping[str, Agent], kv_budget_tokens: int,
                   block_size: int = 1) -> None:
     """A request must fit the KV budget on an otherwise empty engine, or it can never run:
@@ -210,7 +216,7 @@ def validate_fits(task: Task, agents: Mapping[str, Agent], kv_budget_tokens: int
                 f"{kv_budget_tokens} tokens"
             )
         for j, c in enumerate(s.calls):
-            need = prefix + -(-(c.prompt_tokens + c.output_tokens) // b) * b + b
+            need = prefix + round_up_to_blocks(c.prompt_tokens + c.output_tokens, b) + b
             if need > kv_budget_tokens:
                 raise WorkflowError(
                     f"task {task.task_id} stage {s.name!r} call {j}: needs {need} KV tokens "

@@ -66,6 +66,7 @@ from topas.engine.snapshot import (EngineConfig, HeldContext, Location, Phase, P
                                    TaskState)
 from topas.integrations.vllm.tags import StageSpec, TagError, parse_tag
 from topas.policies import make_policy
+from topas.workflow.model import round_up_to_blocks
 
 # a child of vLLM's logger, so its handler and level apply (the server log shows our lines)
 log = logging.getLogger("vllm.topas")
@@ -332,7 +333,7 @@ class TopasScheduler(Scheduler):
             if rs.first_token_s is None and rs.generated_tokens > 0:
                 rs.first_token_s = now
             own = max(0, computed - tr.prefix_full_tokens)
-            rs.kv_tokens = -(-own // self.block_size) * self.block_size
+            rs.kv_tokens = round_up_to_blocks(own, self.block_size)
             st = self._tasks[rs.task_id].stages.get(rs.stage)
             if st is not None and st.status != StageStatus.DONE:
                 if st.status != StageStatus.RUNNING:
