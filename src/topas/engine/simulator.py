@@ -691,9 +691,7 @@ class Simulator:
         st.status = StageStatus.DONE
         st.done_s = self.now
         ts.stages_done += 1
-        start = st.started_s if st.started_s is not None else self.now
-        rec = StageRecord(ts.workflow, st.kind, st.agent, st.rounds_done, st.output_tokens,
-                          self.now - start, self.now - (st.ready_s or start))
+        rec = StageRecord.completed(ts.workflow, st, self.now)
         self.history.setdefault((st.agent, st.kind), []).append(rec)
         self._history_records += 1
         if ts.stages_done == len(ts.stages):

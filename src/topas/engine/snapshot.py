@@ -196,6 +196,16 @@ class StageRecord:
     service_s: float  #: from first admission to completion (queueing before start excluded)
     span_s: float  #: from ready to completion
 
+    @classmethod
+    def completed(cls, workflow: str, st: "StageState", done_s: float) -> "StageRecord":
+        """The record of stage ``st`` done at ``done_s`` (both engines build it here): at
+        least one round, service from its first admission (or ``done_s``), span from its
+        ready time (or its start)."""
+        start = st.started_s if st.started_s is not None else done_s
+        ready = st.ready_s if st.ready_s is not None else start
+        return cls(workflow, st.kind, st.agent, max(1, st.rounds_done), st.output_tokens,
+                   done_s - start, done_s - ready)
+
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:

@@ -291,9 +291,8 @@ class TopasScheduler(Scheduler):
             task.version += 1
             if (st.started_s is not None and st.ready_s is not None
                     and (task.task_id, name) not in self._partial):
-                self._history.setdefault((st.agent, st.kind), []).append(StageRecord(
-                    task.workflow, st.kind, st.agent, max(1, st.rounds_done), st.output_tokens,
-                    st.done_s - st.started_s, st.done_s - st.ready_s))
+                self._history.setdefault((st.agent, st.kind), []).append(
+                    StageRecord.completed(task.workflow, st, st.done_s))
 
     def _sync(self) -> None:
         now = self._now()
