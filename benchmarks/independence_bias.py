@@ -47,18 +47,17 @@ import argparse
 import math
 import statistics
 import time
+from dataclasses import replace
 
 import numpy as np
 
-from dataclasses import replace
-
 from topas.api import simulate
-from topas.engine.cost import DEFAULT_PROFILE, get_profile
 from topas.engine.bounds import task_lower_bound
+from topas.engine.cost import DEFAULT_PROFILE, get_profile
 from topas.engine.snapshot import StageStatus
-from topas.workflow.model import Task
 from topas.estimators import MonteCarloLP
 from topas.estimators.residual import EmpiricalResidual
+from topas.workflow.model import Task
 from topas.workloads import get_workload
 
 PAIRS = [("mapreduce", "mapreduce-hard"), ("plan-execute", "plan-execute-hard")]

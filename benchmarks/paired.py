@@ -21,8 +21,14 @@ import sys
 from pathlib import Path
 
 from topas.metrics.paired import paired_rows, verdict
-from topas.reproduce import (BASELINES, OTHER_TASKS_FULL, OTHER_WORKLOADS, Job, WORKLOAD_PLANS,
-                             rate_of)
+from topas.reproduce import (
+    BASELINES,
+    OTHER_TASKS_FULL,
+    OTHER_WORKLOADS,
+    WORKLOAD_PLANS,
+    Job,
+    rate_of,
+)
 
 PAPER = tuple(p.name for p in WORKLOAD_PLANS)
 TASKS = {p.name: p.tasks_full for p in WORKLOAD_PLANS}

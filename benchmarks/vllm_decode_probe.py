@@ -21,10 +21,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 if __name__ == "__main__":
     import numpy as np
-    from vllm import SamplingParams
 
     from topas.integrations.vllm.cli import default_model
     from topas.integrations.vllm.driver import make_llm, stage_stream
+    from vllm import SamplingParams
 
     mb = float(sys.argv[1]) if len(sys.argv) > 1 else 32.0
     kw = {"max_model_len": int(sys.argv[2])} if len(sys.argv) > 2 else {}

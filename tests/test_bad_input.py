@@ -49,7 +49,7 @@ def _fixtures(d) -> None:
     (d / "deep.yaml").write_text("[" * 100_000)
     m = "64"
     for _ in range(2000):
-        m = "{mixture: [{weight: 1, dist: %s}]}" % m
+        m = "{mixture: [{weight: 1, dist: " + m + "}]}"
     (d / "mix.yaml").write_text(YAML_BASE.replace("OUT", m))
     (d / "bin.yaml").write_bytes(bytes(range(256)) * 8)
     (d / "bin.jsonl").write_bytes(bytes(range(256)) * 8)

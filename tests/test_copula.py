@@ -8,13 +8,12 @@ import math
 import numpy as np
 import pytest
 
+from test_topas_fixtures import make_prefix, make_request, make_snapshot, make_task
 from topas.engine.snapshot import StageRecord
 from topas.engine.snapshot import StageStatus as S
 from topas.estimators import MonteCarloLP
 from topas.estimators.copula import norm_cdf
 from topas.policies import make_policy
-
-from test_topas_fixtures import make_prefix, make_request, make_snapshot, make_task
 
 CHAIN = {"a": ("A", (), S.DONE), "b": ("B", ("a",), S.DONE), "c": ("C", ("b",), S.READY)}
 

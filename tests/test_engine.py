@@ -7,9 +7,9 @@ import math
 import pytest
 
 from kv_checks import assert_kv_accounted
+from topas.engine.bounds import task_lower_bound
 from topas.engine.cost import get_profile
 from topas.engine.decision import Decision, DecisionError
-from topas.engine.bounds import task_lower_bound
 from topas.engine.simulator import Simulator
 from topas.engine.snapshot import Location, Phase
 from topas.policies import make_policy

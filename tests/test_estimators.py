@@ -7,11 +7,10 @@ import itertools
 import numpy as np
 import pytest
 
+from test_topas_fixtures import history, make_prefix, make_snapshot, make_task
 from topas.engine.snapshot import StageStatus as S
 from topas.estimators import EmpiricalResidual, MonteCarloLP, expected_remaining_s
 from topas.estimators.longest_path import longest_path_mean
-
-from test_topas_fixtures import history, make_prefix, make_snapshot, make_task
 
 
 class Discrete:

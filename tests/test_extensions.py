@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 
 from kv_checks import assert_kv_accounted
+from test_topas_fixtures import COST, history, make_prefix, make_request, make_snapshot, make_task
 from topas.engine.snapshot import StageStatus as S
 from topas.policies import make_policy
-
-from test_topas_fixtures import COST, history, make_prefix, make_request, make_snapshot, make_task
 
 
 # -- srpt-ca ---------------------------------------------------------------------------------

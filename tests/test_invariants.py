@@ -26,9 +26,9 @@ from hypothesis import HealthCheck, given, note, seed, settings
 from hypothesis import strategies as st
 
 from kv_checks import assert_kv_accounted
-from topas.engine.cost import get_profile
 from topas.engine.bounds import context_credit
 from topas.engine.cluster import Cluster
+from topas.engine.cost import get_profile
 from topas.engine.simulator import Simulator
 from topas.engine.snapshot import Location
 from topas.policies import list_policies, make_policy

@@ -14,7 +14,6 @@ from topas.metrics import report as rep
 from topas.reproduce import cli as RC
 from topas.reproduce import runner as RR
 
-
 # -- arithmetic on hand-made numbers --------------------------------------------------------
 
 def test_change_vs_best_lower_is_better():

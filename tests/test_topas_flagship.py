@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 
+from test_topas_fixtures import make_prefix, make_request, make_snapshot, make_task
+from test_topas_scenarios import aging_state, diamond_state, move_state, preempt_state
 from topas.engine.snapshot import HeldContext
 from topas.engine.snapshot import StageStatus as S
 from topas.policies import make_policy
 from topas.policies.topas import _Context
 from topas.policies.topas_ext import DEPARTURES, flagship_params
-
-from test_topas_fixtures import make_prefix, make_request, make_snapshot, make_task
-from test_topas_scenarios import aging_state, diamond_state, move_state, preempt_state
 
 
 def decide(snap, off: str = "", **params):

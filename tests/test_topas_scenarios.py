@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from test_topas_fixtures import history, make_prefix, make_request, make_snapshot, make_task
 from topas.engine.snapshot import StageStatus as S
 from topas.policies import make_policy
-
-from test_topas_fixtures import history, make_prefix, make_request, make_snapshot, make_task
 
 
 def decide(name, snap, **params):

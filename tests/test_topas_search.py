@@ -8,10 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from test_topas_fixtures import make_prefix, make_request, make_snapshot, make_task
 from topas.engine.snapshot import StageStatus as S
 from topas.policies.topas import Topas, _Context
-
-from test_topas_fixtures import make_prefix, make_request, make_snapshot, make_task
 
 AGENTS = "ABCD"
 
@@ -26,7 +25,7 @@ def states(draw):
     tasks, running, waiting = [], [], []
     rid = 0
     users = {a: 0 for a in agents}
-    for k in range(draw(st.integers(0, 2))):
+    for _ in range(draw(st.integers(0, 2))):
         a = draw(st.sampled_from([x for x in agents if resident[x]] or ["-"]))
         if a == "-":
             break
@@ -38,7 +37,7 @@ def states(draw):
                                     credit=draw(st.floats(0, 20))))
         users[a] += 1
         tasks.append(t)
-    for k in range(draw(st.integers(1, 4))):
+    for _ in range(draw(st.integers(1, 4))):
         a = draw(st.sampled_from(agents))
         rid += 1
         if draw(st.booleans()):
@@ -101,7 +100,7 @@ def brute_force(ctx: _Context) -> float:
                     by_task = {}
                     for c in adm:
                         by_task.setdefault(c.task_id, []).append(c)
-                    for tid, cs in by_task.items():
+                    for cs in by_task.values():
                         hs: list[str] = []
                         for c in cs:
                             j_admit += ctx.cond_gain(c, tuple(hs))

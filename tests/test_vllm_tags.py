@@ -12,8 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from topas.integrations.vllm.client import tagged
-from topas.integrations.vllm.tags import (MAX_DAG_STAGES, MAX_INT, TagError, WorkflowTag,
-                                          encode_dag, make_tag, parse_tag)
+from topas.integrations.vllm.tags import (
+    MAX_DAG_STAGES,
+    MAX_INT,
+    TagError,
+    WorkflowTag,
+    encode_dag,
+    make_tag,
+    parse_tag,
+)
 
 BASE = {"topas_task": "t", "topas_stage": "code", "topas_agent": "eng"}
 DAG = [("plan", "arch", "plan", ()), ("code", "eng", "Engineer", ("plan",))]

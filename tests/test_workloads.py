@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from topas.engine.bounds import task_lower_bound
 from topas.engine.cost import get_profile
 from topas.engine.decision import Decision
-from topas.engine.bounds import task_lower_bound
 from topas.engine.simulator import Simulator
 from topas.policies import make_policy
 from topas.policies.base import AdmissionPlan

@@ -16,7 +16,10 @@ from topas.workloads import get_workload
 from topas.workloads.dists import SpecError
 from topas.workloads.mooncake import TraceRequest, read_mooncake
 from topas.workloads.sessions import (
-    EXAMPLE, group_sessions, load_agent_trace, load_mooncake_sessions,
+    EXAMPLE,
+    group_sessions,
+    load_agent_trace,
+    load_mooncake_sessions,
 )
 
 ROOT = Path(__file__).resolve().parents[1]

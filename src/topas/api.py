@@ -20,8 +20,8 @@ from topas.engine.cost import DEFAULT_PROFILE, Profile, get_profile
 from topas.engine.simulator import SimResult, Simulator
 from topas.policies import build_policy
 from topas.routing import DEFAULT_ROUTER, make_router
-from topas.workloads import get_workload
 from topas.workflow.model import Task
+from topas.workloads import get_workload
 
 
 def _int_or_none(v: object, what: str, lo: int) -> int | None:

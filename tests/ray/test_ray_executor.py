@@ -25,7 +25,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sweep_small.yaml"
 #: only ones that differ between two runs of the same job, on any executor
 TIMING = ("mean_decision_ms", "p99_decision_ms", "decision_share_of_wall", "sim_wall_s",
           "decision_total_s", "decision_share_of_sim", "job_wall_s")
-_TIMING_RE = re.compile(r'"(%s)": [-+0-9.eE]+' % "|".join(TIMING))
+_TIMING_RE = re.compile(r'"({})": [-+0-9.eE]+'.format("|".join(TIMING)))
 #: the report's wall times and dates (its header line)
 _REPORT_RE = re.compile(r"(\*\*|<strong>)[0-9.]+ min(\*\*|</strong>)|took [0-9.]+ min|\d{4}-\d\d-\d\d \d\d:\d\d")
 

@@ -15,8 +15,9 @@ BS = 128
 
 
 def _submit(eng, key, prompt, out=4, tag=None):
-    from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
+
+    from vllm import SamplingParams
     sp = SamplingParams(max_tokens=out, min_tokens=out, ignore_eos=True, temperature=0.0,
                         extra_args=tag)
     eng.add_request(key, TokensPrompt(prompt_token_ids=prompt), sp)
@@ -143,8 +144,7 @@ def test_prefix_kept_resident_survives_a_flood_and_evicted_one_does_not(engine, 
 
 def test_small_workflow_completes_under_every_policy(engine):
     from topas.api import sample_tasks
-    from topas.integrations.vllm.driver import (DriveConfig, InProcessBackend, drive,
-                                                scale_tasks)
+    from topas.integrations.vllm.driver import DriveConfig, InProcessBackend, drive, scale_tasks
     from topas.policies import list_policies
 
     eng, sched = engine
@@ -327,8 +327,7 @@ def test_real_vs_sim_self_calibrated(engine, llm, tiny_model, monkeypatch):
     """The fidelity runner end to end on the shared engine: every policy runs for real and in
     the simulator; with ``self_calibrate`` the profile comes from the first policy's trace
     (and the scheduler is left unwrapped afterwards)."""
-    from topas.integrations.vllm import calibrate
-    from topas.integrations.vllm import driver
+    from topas.integrations.vllm import calibrate, driver
 
     _, sched = engine
     monkeypatch.setattr(driver, "make_llm", lambda *a, **k: llm)  # the shared engine

@@ -28,8 +28,9 @@ def _prompt(key: str, agent: str = "eng", prefix: int = BS, dyn: int = 60) -> li
 
 
 def _submit(eng, key, prompt, out=2, tag=None):
-    from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
+
+    from vllm import SamplingParams
     sp = SamplingParams(max_tokens=out, min_tokens=out, ignore_eos=True, temperature=0.0,
                         extra_args=tag)
     eng.add_request(key, TokensPrompt(prompt_token_ids=prompt), sp)

@@ -34,7 +34,7 @@ from topas.engine.simulator import (
     validate_tasks,
 )
 from topas.engine.snapshot import TaskState
-from topas.routing.base import ClusterView, ReplicaView, RouteRequest, Router, RouterError
+from topas.routing.base import ClusterView, ReplicaView, Router, RouteRequest, RouterError
 from topas.workflow.model import Agent, Task
 
 __all__ = ["Cluster", "ClusterResult"]

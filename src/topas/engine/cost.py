@@ -85,16 +85,16 @@ class Profile:
     notes: str = ""
     calibration: dict = field(default_factory=dict)
 
-    def cost_model(self) -> "CostModel":
+    def cost_model(self) -> CostModel:
         return CostModel(self.hardware, self.model)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
 
-    def with_overrides(self, **kw) -> "Profile":
+    def with_overrides(self, **kw) -> Profile:
         return replace(self, **kw)
 
-    def time_scaled(self, factor: float) -> "Profile":
+    def time_scaled(self, factor: float) -> Profile:
         """The same profile on a machine ``factor`` times slower: every iteration time (fixed
         overhead, compute and memory arms alike) multiplied by ``factor``; the host link is
         left as it is.  Used to replay a calibrated profile at an engine's measured speed."""

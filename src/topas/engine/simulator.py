@@ -37,8 +37,8 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from bisect import bisect_left
 import time as _time
+from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 
@@ -61,8 +61,14 @@ from topas.engine.snapshot import (
     StageStatus,
     TaskState,
 )
-from topas.workflow.model import (MAX_TIME_S, Agent, Task, round_up_to_blocks, validate_fits,
-                                  validate_task)
+from topas.workflow.model import (
+    MAX_TIME_S,
+    Agent,
+    Task,
+    round_up_to_blocks,
+    validate_fits,
+    validate_task,
+)
 
 # event kinds (heap entries are (time, seq, kind, payload))
 _ARRIVAL, _TOOL, _SWAP_IN, _SWAP_OUT, _HOLD = range(5)

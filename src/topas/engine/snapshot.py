@@ -197,7 +197,7 @@ class StageRecord:
     span_s: float  #: from ready to completion
 
     @classmethod
-    def completed(cls, workflow: str, st: "StageState", done_s: float) -> "StageRecord":
+    def completed(cls, workflow: str, st: StageState, done_s: float) -> StageRecord:
         """The record of stage ``st`` done at ``done_s`` (both engines build it here): at
         least one round, service from its first admission (or ``done_s``), span from its
         ready time (or its start)."""
@@ -226,7 +226,7 @@ class Snapshot:
     time_s: float
     event: str  #: what triggered this decision ("arrival", "finish", "tool", ...)
     config: EngineConfig
-    cost: "CostModel"
+    cost: CostModel
     #: KV tokens in use now: resident prefixes + admitted requests + held contexts
     used_kv_tokens: int
     prefixes: Mapping[str, PrefixState]

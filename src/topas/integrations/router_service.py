@@ -69,7 +69,7 @@ from topas.engine.cost import DEFAULT_PROFILE, get_profile
 from topas.engine.snapshot import Location, PrefixState
 from topas.integrations.vllm.tags import TagError, parse_tag
 from topas.routing import DEFAULT_ROUTER, ROUTERS, make_router, parse_router_params
-from topas.routing.base import ClusterView, ReplicaView, RouteRequest, Router
+from topas.routing.base import ClusterView, ReplicaView, Router, RouteRequest
 
 __all__ = ["Backend", "RouterService", "add_arguments", "estimate_prompt_tokens", "main",
            "parse_backend_url", "parse_router_params"]
@@ -268,7 +268,7 @@ class RouterService:
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self) -> "RouterService":
+    def start(self) -> RouterService:
         """Bind and serve in a daemon thread; returns self (``.url`` is then set)."""
         self._bind()
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
@@ -306,7 +306,7 @@ class RouterService:
             self._thread.join(timeout=10)
         self._server = self._thread = None
 
-    def __enter__(self) -> "RouterService":
+    def __enter__(self) -> RouterService:
         return self.start()
 
     def __exit__(self, *exc) -> None:

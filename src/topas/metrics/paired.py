@@ -106,7 +106,7 @@ def paired_rows(results: Mapping, jobs, target: str, baselines: Sequence[str],
         keys.setdefault((j.workload, j.context_cache), j)
     rows = []
     for (w, cc), j0 in keys.items():
-        def full(table, p):
+        def full(table, p, w=w, cc=cc):
             v = table.get((w, cc, p, ()), {})
             return [v[s] for s in seeds] if len(v) == len(seeds) else None
 

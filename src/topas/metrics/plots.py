@@ -163,7 +163,7 @@ def gantt(path: Path, per_policy: Mapping[str, Mapping], title: str) -> Path:
         tasks = sorted({b["task"] for b in g["requests"]})
         labels = [f"prefix {a}" for a in agents] + [f"task {t}" for t in tasks]
         for k, a in enumerate(agents):
-            for s, e, how in g["prefixes"].get(a, []):
+            for s, e, _how in g["prefixes"].get(a, []):
                 ax.barh(k, e - s, left=s, color=acol[a], alpha=0.35, edgecolor=acol[a])
         for b in g["requests"]:
             k = len(agents) + tasks.index(b["task"])

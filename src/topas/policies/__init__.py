@@ -11,12 +11,11 @@ factory, so the command line and the Python API share one parser.
 
 from __future__ import annotations
 
-from topas._plugins import import_submodules
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-
 from numbers import Integral
 
+from topas._plugins import import_submodules
 from topas.policies.base import AdmissionPlan, Policy
 from topas.policies.params import Param, ParamError, parse_params
 

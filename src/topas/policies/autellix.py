@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from topas.engine.decision import Decision
 from topas.engine.snapshot import RequestState, Snapshot, TaskState
 from topas.policies import register
-from topas.policies.params import RESERVE_RATIO, choice, real, reals
 from topas.policies.base import AdmissionPlan
+from topas.policies.params import RESERVE_RATIO, choice, real, reals
 
 #: default queue thresholds (seconds of attained service): 0.5 s doubling to 64 s
 DEFAULT_THRESHOLDS_S = tuple(0.5 * 2**k for k in range(8))

@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
 from topas.engine.decision import Decision
-from topas.policies.params import RESERVE_RATIO
 from topas.engine.snapshot import Location, RequestState, Snapshot
+from topas.policies.params import RESERVE_RATIO
 
 #: default KV reservation for a request's future output when no history exists (tokens)
 DEFAULT_OUTPUT_RESERVE_TOKENS = 256

@@ -41,8 +41,8 @@ from itertools import accumulate
 from topas.engine.decision import Decision
 from topas.engine.snapshot import HeldContext, Phase, RequestState, Snapshot, StageStatus
 from topas.policies import register
-from topas.policies.params import RESERVE_RATIO, integer, real
 from topas.policies.base import AdmissionPlan
+from topas.policies.params import RESERVE_RATIO, integer, real
 from topas.policies.parrot import program_fcfs_queue
 
 

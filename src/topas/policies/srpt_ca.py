@@ -28,8 +28,8 @@ from __future__ import annotations
 from topas.engine.decision import Decision
 from topas.engine.snapshot import Location, RequestState, Snapshot
 from topas.policies import register
-from topas.policies.params import real
 from topas.policies.base import AdmissionPlan
+from topas.policies.params import real
 from topas.policies.spf import SPF
 
 

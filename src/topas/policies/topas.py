@@ -35,14 +35,12 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-
 from topas.engine.decision import Decision
 from topas.engine.snapshot import Location, Phase, RequestState, Snapshot, StageStatus
 from topas.estimators import EmpiricalResidual, MonteCarloLP, TrueResidual
 from topas.policies import register
 from topas.policies.base import AdmissionPlan, expected_call_output
-from topas.policies.params import (N_SAMPLES, RESERVE_RATIO, choice, flag, integer, real,
-                                   without)
+from topas.policies.params import N_SAMPLES, RESERVE_RATIO, choice, flag, integer, real, without
 from topas.policies.parrot import task_fcfs_key
 from topas.workflow.model import round_up_to_blocks
 
@@ -450,7 +448,7 @@ class Topas:
                 return plan.decision(credit={r.request_id: 0.0})
         return None
 
-    def search(self, ctx: "_Context") -> Choice | None:
+    def search(self, ctx: _Context) -> Choice | None:
         agents = sorted(ctx.active)
         if len(agents) <= self.M:
             # the full set is usually the arg-max: a subset whose Score upper bound is below
@@ -474,7 +472,7 @@ class Topas:
             return best
         return self.hierarchical(ctx, agents)
 
-    def hierarchical(self, ctx: "_Context", agents: list[str]) -> Choice | None:
+    def hierarchical(self, ctx: _Context, agents: list[str]) -> Choice | None:
         """Local search from ``R_t``: greedy single additions, pairs when singles stall, then
         repair by single drops and swaps, until no move improves the Score."""
         cur_set = frozenset(ctx.resident0)
@@ -772,8 +770,8 @@ class _Context:
                     lst.append(c.gain)
         self._memo: dict[tuple, Choice | None] = {}
 
-    def head_of_line(self, cands: list["_Cand"],
-                     out_mean: Callable[[str], float] | None = None) -> list["_Cand"]:
+    def head_of_line(self, cands: list[_Cand],
+                     out_mean: Callable[[str], float] | None = None) -> list[_Cand]:
         """The candidates before the first one that cannot fit even if every earlier one is
         admitted and every idle prefix is evicted (``hol_block``): memory that frees up then
         goes to that request, not to requests it outranks (head-of-line blocking, as FCFS,
@@ -803,9 +801,9 @@ class _Context:
             batch += 1
         return cands
 
-    def backfill(self, head_need: int, rest: list["_Cand"], free: int, resident: set[str],
+    def backfill(self, head_need: int, rest: list[_Cand], free: int, resident: set[str],
                  evictable: dict[str, int], batch: int, out_mean: Callable[[str], float]
-                 ) -> list["_Cand"]:
+                 ) -> list[_Cand]:
         """EASY backfilling behind the blocked head (it needs ``head_need`` tokens, ``free``
         are free with every idle prefix evicted).  Its *shadow time* ``T`` is when the running
         requests, finishing in order of expected remaining service, will have freed enough
@@ -865,7 +863,7 @@ class _Context:
         l_all = e.expected_lp(now)
         return max(0.0, l_none - l_all) / max(1, n_ready)
 
-    def cond_gain(self, c: "_Cand", admitted: tuple[str, ...]) -> float:
+    def cond_gain(self, c: _Cand, admitted: tuple[str, ...]) -> float:
         """Aged gain of ``c`` given the stages of its task admitted before it in this decision
         (``g_i * Delta(r | H_i)``, floored at ``min_gain_s``; see ``_Context.__init__``)."""
         if not admitted:

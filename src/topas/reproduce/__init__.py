@@ -22,14 +22,41 @@ process pool, or Ray in :mod:`~topas.reproduce.ray_executor`), :mod:`~topas.repr
 :mod:`topas.metrics.report`.
 """
 
-from topas.reproduce.experiments import (TOY_BUDGET_TOKENS, TOY_POLICIES, gantt,
-                                         motivation_alternation, motivation_toy, toy_tasks)
-from topas.reproduce.plan import (ABLATION_POLICIES, BASELINES, FULL_SEEDS, MAIN_POLICIES,
-                                  OTHER_BUSY, OTHER_TASKS_FULL, OTHER_TASKS_QUICK,
-                                  OTHER_WORKLOADS, OURS, PAIRED_SEEDS, PAPER_ABLATION,
-                                  PAPER_OVERHEAD, PAPER_POLICY, QUICK_PAIRED_SEEDS, QUICK_SEEDS,
-                                  TARGET_POLICY, WORKLOAD_PLANS, Config, Job, Plan,
-                                  WorkloadPlan, default_rate, plan, rate_of, workload_plan)
+from topas.reproduce.experiments import (
+                                         TOY_BUDGET_TOKENS,
+                                         TOY_POLICIES,
+                                         gantt,
+                                         motivation_alternation,
+                                         motivation_toy,
+                                         toy_tasks,
+)
+from topas.reproduce.plan import (
+                                         ABLATION_POLICIES,
+                                         BASELINES,
+                                         FULL_SEEDS,
+                                         MAIN_POLICIES,
+                                         OTHER_BUSY,
+                                         OTHER_TASKS_FULL,
+                                         OTHER_TASKS_QUICK,
+                                         OTHER_WORKLOADS,
+                                         OURS,
+                                         PAIRED_SEEDS,
+                                         PAPER_ABLATION,
+                                         PAPER_OVERHEAD,
+                                         PAPER_POLICY,
+                                         QUICK_PAIRED_SEEDS,
+                                         QUICK_SEEDS,
+                                         TARGET_POLICY,
+                                         WORKLOAD_PLANS,
+                                         Config,
+                                         Job,
+                                         Plan,
+                                         WorkloadPlan,
+                                         default_rate,
+                                         plan,
+                                         rate_of,
+                                         workload_plan,
+)
 from topas.reproduce.runner import TRANSIENT_ERRORS, code_version, run_job, run_jobs
 from topas.reproduce.stats import Stat, aggregate, change_vs_best
 

@@ -13,7 +13,6 @@ from topas.metrics.report import Reproduction, write_report
 from topas.metrics.summary import atomic_write_text
 from topas.reproduce.plan import FULL_SEEDS, QUICK_SEEDS, Config
 
-
 # -- the command -------------------------------------------------------------------------------
 
 def reproduce(cfg, out_dir: Path, jobs: int | None = None, progress: bool = True,

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-
 # -- the two motivating measurements ---------------------------------------------------------
 
 def _sim(tasks, agents, policy: str, *, seed: int = 0, kv_budget_tokens: int | None = None,
@@ -122,7 +121,7 @@ def gantt(timeline: list[tuple], admissions: list[tuple[int, float]], end_s: flo
     for rid, info in sorted(requests.items()):
         st = sorted(starts.get(rid, [info["first"]]))
         sp = sorted(stops.get(rid, []))
-        for k, (s, (e, fin)) in enumerate(zip(st, sp)):
+        for s, (e, fin) in zip(st, sp):
             bars.append({"request": rid, "task": info["task"], "stage": info["stage"],
                          "agent": info["agent"], "start_s": s, "end_s": e, "finished": fin})
     return {"prefixes": prefixes, "requests": bars}

@@ -6,9 +6,6 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-
-
-
 #: the policies of the main table and the load sweep: the baselines, then the paper's TOPAS
 #: (the reproduction) and our flagship TOPAS (the target)
 MAIN_POLICIES: tuple[str, ...] = ("fcfs", "spf", "lpm", "dfs-weight", "parrot-fcfs",

@@ -63,7 +63,6 @@ class RayExecutor(Executor):
         import logging
 
         import ray
-
         from topas.reproduce import runner
 
         if not ray.is_initialized():
@@ -90,8 +89,9 @@ class RayExecutor(Executor):
         return len(self._refs)
 
     def wait(self) -> list[tuple[Job, dict]]:
-        import ray
         from ray.exceptions import RayError, RayTaskError
+
+        import ray
 
         ready, rest = ray.wait(list(self._refs), num_returns=1)
         if rest:  # and whatever else is done by now

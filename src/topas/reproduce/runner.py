@@ -14,7 +14,6 @@ from topas.metrics.summary import atomic_write_text
 from topas.reproduce.executors import Executor, InlineExecutor, PoolExecutor, make_executor
 from topas.reproduce.plan import Job, default_rate
 
-
 # -- code version --------------------------------------------------------------------------
 
 #: sources that cannot change a simulation result (the report side, the CLI, integrations)
@@ -192,8 +191,14 @@ class _progress_bar:
         if not self.enabled:
             return lambda j: None
         from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn, TimeRemainingColumn)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         self._prog = Progress(TextColumn(f"[bold]{self.label}"), BarColumn(), MofNCompleteColumn(),
                               TextColumn("runs"), TimeElapsedColumn(), TimeRemainingColumn(),

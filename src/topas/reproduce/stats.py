@@ -11,7 +11,6 @@ import numpy as np
 
 from topas.reproduce.plan import OURS, TARGET_POLICY, Job
 
-
 # -- aggregation -----------------------------------------------------------------------------
 
 @dataclass(frozen=True)

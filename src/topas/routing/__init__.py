@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from topas.routing.base import ClusterView, ReplicaView, RouteRequest, Router, RouterError
+from topas.routing.base import ClusterView, ReplicaView, Router, RouteRequest, RouterError
 from topas.routing.routers import (
     LeastOutstanding,
     PrefixAffinity,

@@ -27,7 +27,7 @@
 
 from __future__ import annotations
 
-from topas.routing.base import ClusterView, ReplicaView, RouteRequest, Router
+from topas.routing.base import ClusterView, ReplicaView, Router, RouteRequest
 
 __all__ = ["LeastOutstanding", "PrefixAffinity", "RoundRobin", "TaskAffinity", "TopasRouter"]
 

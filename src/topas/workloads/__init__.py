@@ -14,14 +14,13 @@ Mooncake trace into multi-turn sessions; see docs/workloads.md).
 from __future__ import annotations
 
 import math
-
-from topas._plugins import import_submodules
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
+from topas._plugins import import_submodules
 from topas.workflow.model import MAX_TIME_S, Agent, Task
 
 

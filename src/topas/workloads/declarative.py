@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -646,7 +646,7 @@ def _depth(doc: object) -> int:
     return deepest
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_builtin(name: str) -> DeclarativeWorkload:
     p = BUILTIN_DIR / f"{name}.yaml"
     wl = load_workload_file(p)

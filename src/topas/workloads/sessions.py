@@ -58,11 +58,15 @@ from pathlib import Path
 import numpy as np
 
 from topas.workflow.model import Agent, Call, Stage, Task
-from topas.workloads import (FILE_LOADERS, SCHEME_LOADERS, check_rate, poisson_arrivals,
-                             register)
+from topas.workloads import FILE_LOADERS, SCHEME_LOADERS, check_rate, poisson_arrivals, register
 from topas.workloads.dists import SpecError
 from topas.workloads.mooncake import (
-    BLOCK_TOKENS, TraceRequest, int_field, json_objects, load_mooncake, prefix_groups,
+    BLOCK_TOKENS,
+    TraceRequest,
+    int_field,
+    json_objects,
+    load_mooncake,
+    prefix_groups,
     read_mooncake,
 )
 

@@ -110,7 +110,7 @@ def measure(llm, *, prefill_sizes=(128, 256, 512, 1024, 1536, 2048),
     d_ts: dict[tuple[int, int], list[float]] = {pt: [] for pt in decode_points}
     for _ in range(reps):
         for b, c in decode_points:
-            for i in range(b):
+            for _ in range(b):
                 seed += 1
                 eng.add_request(f"cal-d{seed}", _prompt(seed, c), _sp(24))
             while eng.has_unfinished_requests():
@@ -314,8 +314,13 @@ def run_real(model: str, workload: str, policies, *, n_tasks: int, rate: float |
     ``cpu/tiny-llama``) right before and right after each run; the counters then also hold
     ``speed_before``, ``speed_after`` and ``speed_index`` (their geometric mean)."""
     from topas.api import sample_tasks
-    from topas.integrations.vllm.driver import (DriveConfig, InProcessBackend, drive, make_llm,
-                                                scale_tasks)
+    from topas.integrations.vllm.driver import (
+        DriveConfig,
+        InProcessBackend,
+        drive,
+        make_llm,
+        scale_tasks,
+    )
     wl, tasks = sample_tasks(workload, n_tasks, rate, seed)
     scaled, agents = scale_tasks(tasks, wl.agents, DriveConfig(token_scale=token_scale,
                                                                time_scale=time_scale, seed=seed))

@@ -62,8 +62,14 @@ def default_model() -> Path:
 def cli_drive(args: argparse.Namespace) -> int:
     from topas.api import sample_tasks
     from topas.engine.cost import get_profile
-    from topas.integrations.vllm.driver import (DriveConfig, HTTPBackend, InProcessBackend,
-                                                drive, make_llm, scale_tasks)
+    from topas.integrations.vllm.driver import (
+        DriveConfig,
+        HTTPBackend,
+        InProcessBackend,
+        drive,
+        make_llm,
+        scale_tasks,
+    )
     from topas.metrics import summarize
     from topas.metrics.summary import write_results
 

@@ -115,8 +115,9 @@ class InProcessBackend(_Backend):
         self.on_step = on_step
 
     def submit(self, key, prompt, out_tokens, tag) -> None:
-        from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
+
+        from vllm import SamplingParams
         sp = SamplingParams(max_tokens=out_tokens, min_tokens=out_tokens, ignore_eos=True,
                             temperature=0.0, extra_args=tag)
         self.engine.add_request(key, TokensPrompt(prompt_token_ids=prompt), sp)
@@ -318,9 +319,8 @@ def make_llm(model: str, policy: str, *, kv_cache_bytes: int = 32 << 20, seed: i
     os.environ["TOPAS_POLICY"] = policy
     os.environ["TOPAS_POLICY_PARAMS"] = json.dumps(policy_params or {})
     os.environ["TOPAS_POLICY_SEED"] = str(seed)
-    from vllm import LLM
-
     from topas.integrations.vllm.tiny_model import MAX_POSITIONS
+    from vllm import LLM
     # vLLM refuses to start when one max-length request cannot fit the KV cache; 2 KiB/token
     # is the tiny model's mu (bf16), so this is conservative for larger models too.
     # (one block is vLLM's null block)

@@ -52,8 +52,8 @@ import json
 import logging
 import os
 import time
-from dataclasses import replace
 from collections.abc import Iterable
+from dataclasses import replace
 
 from vllm.v1.core.sched.request_queue import SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
@@ -61,9 +61,19 @@ from vllm.v1.request import RequestStatus
 
 from topas.engine.cost import get_profile
 from topas.engine.decision import Decision
-from topas.engine.snapshot import (EngineConfig, HeldContext, Location, Phase, PrefixState,
-                                   RequestState, Snapshot, StageRecord, StageState, StageStatus,
-                                   TaskState)
+from topas.engine.snapshot import (
+    EngineConfig,
+    HeldContext,
+    Location,
+    Phase,
+    PrefixState,
+    RequestState,
+    Snapshot,
+    StageRecord,
+    StageState,
+    StageStatus,
+    TaskState,
+)
 from topas.integrations.vllm.tags import StageSpec, TagError, parse_tag
 from topas.policies import make_policy
 from topas.workflow.model import round_up_to_blocks
