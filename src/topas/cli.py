@@ -185,16 +185,12 @@ def _progress(total: int, label: str, enabled: bool):
 def _policy_params(args) -> dict:
     """``--param KEY=VALUE`` pairs, values as given: the policy's declared parameter types
     (``topas list --params POLICY``) convert them, in ``make_policy``."""
-    out: dict = {}
-    for item in args.param or []:
-        key, sep, val = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise CliError(f"--param {item!r}: expected KEY=VALUE")
-        if key in out:
-            raise CliError(f"--param {key}: given twice")
-        out[key] = val
-    return out
+    from topas.policies.params import key_value_pairs
+
+    try:
+        return key_value_pairs(args.param, "--param")
+    except ValueError as e:
+        raise CliError(str(e)) from None
 
 
 def _run_one(args, policy: str, tasks=None, quiet: bool = False):

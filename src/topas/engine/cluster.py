@@ -21,7 +21,7 @@ import itertools
 import math
 import time as _time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 
 from topas.engine.cost import Profile
 from topas.engine.records import EngineCounters, SimResult
@@ -50,7 +50,6 @@ class ClusterResult:
     wall_s: float
     #: calls whose stage context was on another replica than the one they were routed to
     moved_contexts: int = 0
-    extra: dict = field(default_factory=dict)
 
     def as_sim_result(self) -> SimResult:
         """The cluster as one run (records merged, counters summed, peak KV the largest

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 __all__ = ["Param", "ParamError", "flag", "integer", "real", "choice", "reals", "subset",
-           "parse_params", "with_defaults", "without"]
+           "parse_params", "with_defaults", "without", "key_value_pairs"]
 
 KINDS = ("bool", "int", "float", "choice", "floats", "subset")
 
@@ -178,6 +178,22 @@ def _split(v: object, sep: str) -> list | None:
 
 
 # -- declaring ---------------------------------------------------------------------------------
+
+def key_value_pairs(items: Iterable[str] | None, flag_name: str) -> dict[str, str]:
+    """The ``KEY=VALUE`` items of a repeatable command-line flag (``--param``,
+    ``--router-param``) as ``{key: value}``, values as given; a malformed item or a key given
+    twice is a one-line ValueError naming ``flag_name``."""
+    out: dict[str, str] = {}
+    for item in items or ():
+        key, sep, val = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"{flag_name} {item!r}: expected KEY=VALUE")
+        if key in out:
+            raise ValueError(f"{flag_name} {key}: given twice")
+        out[key] = val
+    return out
+
 
 def flag(name: str, default: bool, doc: str) -> Param:
     return Param(name, "bool", default, doc)

@@ -54,14 +54,10 @@ def make_router(name: str, **params) -> Router:
 def parse_router_params(items: list[str] | None) -> dict:
     """``["k=v", ...]`` (``--router-param``) -> ``{k: v}`` with v an int, else a float, else
     the string; ``make_router`` checks names and ranges."""
+    from topas.policies.params import key_value_pairs
+
     out: dict = {}
-    for item in items or ():
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ValueError(f"--router-param {item!r}: expected KEY=VALUE")
-        if key in out:
-            raise ValueError(f"--router-param {key}: given twice")
+    for key, raw in key_value_pairs(items, "--router-param").items():
         val: object = raw
         for conv in (int, float):
             try:

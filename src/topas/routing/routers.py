@@ -129,9 +129,10 @@ class TopasRouter(Router):
         c = r.cost
         out = req.expected_output_tokens or self.out
         resident = r.prefix_resident(req.agent)
+        swap = not resident and r.prefix_on_host(req.agent)
         if resident:
             miss = 0.0
-        elif r.prefix_on_host(req.agent):
+        elif swap:
             miss = c.swap_time(req.prefix_tokens)
         else:
             miss = c.prefill_time(req.prefix_tokens)
@@ -149,7 +150,7 @@ class TopasRouter(Router):
             # the delay this call imposes on the replica's other requests: its prefill
             # iterations (and a prefix recompute) stall the running batch, and each of its
             # decode steps makes everyone's step longer
-            stall = own + (miss if not resident and not r.prefix_on_host(req.agent) else 0.0)
+            stall = own + (0.0 if resident or swap else miss)
             base = c.decode_step_time(r.outstanding, r.used_kv_tokens + r.queued_prompt_tokens)
             finish += self.externality * (r.running * stall + r.outstanding * out * (step - base))
         return finish
