@@ -589,9 +589,10 @@ class Simulator:
                 p.users -= 1  # the held context's claim on the prefix passes to the request
             r.cached_tokens = context_credit(h.computed_tokens, r.prompt_tokens,
                                              self.config.block_size)
-            if self._cluster is not None and r.round_index > 0:
-                # a context cached here before the stage moved away and back is older than
-                # the previous round's: it shares no more than the previous round's context
+            if r.round_index > 0:
+                # never more than the previous round's context gives: on one engine that is
+                # the context found; on a cluster's replica the stage moved away from and
+                # back to, an older round's context cached there may be found instead
                 prev = self._stage_spec[key].calls[r.round_index - 1]
                 r.cached_tokens = min(r.cached_tokens, context_credit(
                     prev.prompt_tokens + prev.output_tokens - 1, r.prompt_tokens,
