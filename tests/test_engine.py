@@ -433,3 +433,44 @@ def test_a_policy_object_reused_for_a_second_run_starts_afresh(policy):
     key = [(t.task_id, t.finished_s) for t in fresh.tasks]
     assert [(t.task_id, t.finished_s) for t in runs[0].tasks] == key
     assert [(t.task_id, t.finished_s) for t in runs[1].tasks] == key
+
+
+def test_a_bad_credit_rejects_the_whole_decision_before_any_of_it_applies():
+    """engine/state.check validates everything up front: an admission next to a credit for a
+    request that does not exist must not have been applied when the error is raised."""
+    seen = []
+
+    class AdmitAndBadCredit:
+        name = "bad-credit"
+
+        def decide(self, snap):
+            seen.append(snap)
+            return Decision(admit=tuple(r.request_id for r in snap.waiting), credit={999: 1.0})
+
+    sim = Simulator([one_call_task(0, "A", 100, 10)], {"A": Agent("A", 1000)}, PROFILE,
+                    AdmitAndBadCredit())
+    with pytest.raises(DecisionError, match="credits request 999"):
+        sim.run()
+    assert not sim.running and len(sim.waiting) == 1 and sim.used_kv == 0
+
+
+def test_check_returns_the_footprint_the_engine_then_reports():
+    from topas.engine.state import check_snapshot
+
+    checked = []
+
+    class Checked:
+        name = "checked-fcfs"
+
+        def __init__(self):
+            self.inner = make_policy("fcfs")
+
+        def decide(self, snap):
+            d = self.inner.decide(snap)
+            checked.append(check_snapshot(d, snap).used_after_tokens)
+            return d
+
+    tasks = [one_call_task(i, "A", 500, 5, at=100.0 * i) for i in range(3)]
+    run(tasks, [Agent("A", 1000)], policy=Checked())
+    # each arrival finds the engine idle: the first admission needs prefix + prompt
+    assert checked[0] == 1000 + 500

@@ -56,11 +56,11 @@ from topas.engine.snapshot import (
     PrefixState,
     RequestState,
     Snapshot,
-    StageRecord,
     StageState,
     StageStatus,
     TaskState,
 )
+from topas.engine.state import EngineState, check
 from topas.workflow.model import (
     MAX_TIME_S,
     Agent,
@@ -164,8 +164,10 @@ class Simulator:
         self._cluster = None
         self.replica_id = 0
         self._wseq = 0
-        self.prefixes: dict[str, PrefixState] = {a: PrefixState(a, ag.prefix_tokens)
-                                                 for a, ag in self.agents.items()}
+        #: the rules and state both engines share (engine/state.py); the dicts below are its
+        self.state = EngineState(self.config, {a: PrefixState(a, ag.prefix_tokens)
+                                               for a, ag in self.agents.items()})
+        self.prefixes: dict[str, PrefixState] = self.state.prefixes
         self.running: dict[int, _Job] = {}  # admission order
         self.waiting: dict[int, _Job] = {}
         #: the same requests' states in the same order, so a snapshot copies them at C speed
@@ -182,7 +184,7 @@ class Simulator:
         #: cluster mode: the last step parked an idle replica (waits for a routed request)
         self._parked = False
         self.prefix_jobs: dict[str, _PrefixJob] = {}
-        self.tasks: dict[int, TaskState] = {}
+        self.tasks: dict[int, TaskState] = self.state.tasks
         self._truth: dict[int, Task] = {}
         self.held: dict[tuple[int, str], HeldContext] = {}
         #: unheld contexts cached in free memory, least recently finished first:
@@ -191,10 +193,7 @@ class Simulator:
         self.context_cache = context_cache
         self.ctx_cache: OrderedDict[tuple[int, str], tuple[str, int]] = OrderedDict()
         self.ctx_cache_tokens = 0
-        self.history: dict[tuple[str, str], list[StageRecord]] = {}
-        #: Snapshot.run_id: policies reset their per-run caches when it changes
-        self._run_token = object()
-        self._history_records = 0  #: records in ``history`` (Snapshot.history_records)
+        self.history = self.state.history
         self.used_kv = 0
         self.host_used = 0
         self._host_lru: list[str] = []
@@ -301,11 +300,7 @@ class Simulator:
     def _ready_local(self, ts: TaskState, stage: str, round_index: int, ready_s: float) -> None:
         spec = self._stage_spec[(ts.task_id, stage)]
         call = spec.calls[round_index]
-        st = ts.stages[stage]
-        st.status = StageStatus.READY
-        if st.ready_s is None:
-            st.ready_s = ready_s
-        ts.version += 1
+        EngineState.stage_ready(ts, ts.stages[stage], ready_s)
         self._wseq += 1
         req = RequestState(next(self._ids), ts.task_id, stage, spec.agent, round_index,
                            call.prompt_tokens, self.agents[spec.agent].prefix_tokens, ready_s,
@@ -330,8 +325,8 @@ class Simulator:
             waiting=tuple(self._wreq.values()), waiting_fcfs=True,
             waiting_program=tuple(self._wprog), waiting_ready_sum_s=self._wready_sum,
             tasks=self.tasks, held=dict(self.held), history=self.history,
-            host_used_tokens=self.host_used, history_records=self._history_records,
-            run_id=self._run_token,
+            host_used_tokens=self.host_used, history_records=self.state.history_records,
+            run_id=self.state.run_id,
         )
 
     def _decide(self) -> None:
@@ -367,72 +362,13 @@ class Simulator:
             if self.held:
                 self._drop_offers()
             return
-        # validate ids up front so nothing is half-applied
-        if len(set(d.admit)) != len(d.admit):
-            raise self._bad(f"admits a request twice: {list(d.admit)}")
-        for rid in d.admit:
-            if rid not in self.waiting:
-                raise self._bad(f"admits request {rid}, which is not waiting")
-        for rid in d.preempt:
-            if rid not in self.running:
-                raise self._bad(f"preempts request {rid}, which is not running")
-        for a in (*d.load, *d.evict, *d.drop):
-            if a not in self.prefixes:
-                raise self._bad(f"names unknown prefix {a!r}")
-        for key in (*d.hold, *d.release):
-            if key not in self.held:
-                raise self._bad(f"holds/releases context {key}, which is not held")
-        if len(self.running) - len(d.preempt) + len(d.admit) > self.config.max_batch_requests:
-            raise self._bad(f"batch of {len(self.running) - len(d.preempt) + len(d.admit)} "
-                            f"exceeds max_batch_requests={self.config.max_batch_requests}")
-        admit_agents = {self.waiting[r].req.agent for r in d.admit}
-        for a in (*d.evict, *d.drop):
-            p = self.prefixes[a]
-            if p.location != Location.DEVICE:
-                raise self._bad(f"evicts prefix {a!r}, which is not resident")
-            if p.transfer == "in":
-                raise self._bad(f"evicts prefix {a!r} while it is being swapped in")
-            # a held context needs its prefix (a radix-tree child / a hash-chained block)
-            users = (p.users - sum(1 for r in d.preempt if self.running[r].req.agent == a)
-                     - sum(1 for k in d.release if self.held[k].agent == a
-                           and self.held[k].expires_s > self.now)
-                     + sum(1 for k, until in d.hold.items() if self.held[k].agent == a
-                           and until > self.now >= self.held[k].expires_s))
-            if users > 0 or a in admit_agents or a in self.prefix_jobs:
-                raise self._bad(f"evicts prefix {a!r}, which admitted requests or held "
-                                "contexts use")
-
-        # feasibility: compute the post-decision footprint before changing anything
-        # held contexts after the decision: (tokens, still held?)
-        used = self.used_kv
-        held_now: set[tuple[int, str]] = set()
-        for key, h in self.held.items():
-            active = h.expires_s > self.now
-            after = key not in d.release and d.hold.get(key, h.expires_s) > self.now
-            used += (after - active) * h.tokens
-            if after:
-                held_now.add(key)
-        pre_agents: dict[str, int] = {}
-        for rid in d.preempt:
-            j = self.running[rid]
-            used -= j.req.kv_tokens
-            pre_agents[j.req.agent] = pre_agents.get(j.req.agent, 0) + 1
-        leaving = set(d.drop) | set(d.evict)
-        for a in leaving:
-            used -= self.prefixes[a].tokens
-        for a in set(d.load) | admit_agents:
-            if a in leaving or self.prefixes[a].location != Location.DEVICE:
-                used += self.prefixes[a].tokens
-        for rid in d.admit:
-            r = self.waiting[rid].req
-            used += self._blocks(r.prompt_tokens + r.generated_tokens)
-            key = (r.task_id, r.stage)
-            if key in held_now:
-                used -= self.held[key].tokens
-                held_now.discard(key)
-        if used > self.config.kv_budget_tokens:
-            raise self._bad(f"needs {used} KV tokens after the decision, budget is "
-                            f"{self.config.kv_budget_tokens}")
+        # the whole decision is checked before anything changes (engine/state.py)
+        try:
+            check(d, now=self.now, config=self.config, used_kv=self.used_kv,
+                  prefixes=self.prefixes, waiting=self._wreq,
+                  running={rid: j.req for rid, j in self.running.items()}, held=self.held)
+        except DecisionError as e:
+            raise self._bad(str(e)) from None
 
         # apply
         for key in d.release:
@@ -448,8 +384,7 @@ class Simulator:
             change = (until > self.now) - (h.expires_s > self.now)
             self.used_kv += change * h.tokens
             self.prefixes[h.agent].users += change  # a held context keeps its prefix
-            held = self.held[key] = HeldContext(h.task_id, h.stage, h.agent, h.tokens,
-                                                h.since_s, until, h.computed_tokens)
+            held = self.held[key] = EngineState.held_until(h, until)
             if until > self.now:
                 # the event names this very hold: by its time the context may have been used,
                 # re-held, or replaced by the stage's next context (offered, never counted)
@@ -458,10 +393,7 @@ class Simulator:
         for a in d.load:
             self._make_resident(a)
         for rid, c in d.credit.items():
-            j = self.running.get(rid) or self.waiting.get(rid)
-            if j is None:
-                raise self._bad(f"credits request {rid}, which is not active")
-            j.req.credit_s = float(c)
+            (self.running.get(rid) or self.waiting[rid]).req.credit_s = float(c)
         for rid in d.admit:
             r = self._wreq.pop(rid)
             self._wready_sum = self._wready_sum - r.ready_s if self._wreq else 0.0
@@ -612,11 +544,7 @@ class Simulator:
         r.phase = Phase.PREFILL if p.ready else Phase.LOADING
         self.running[r.request_id] = job
         ts = self.tasks[r.task_id]
-        st = ts.stages[r.stage]
-        st.status = StageStatus.RUNNING
-        if st.started_s is None:
-            st.started_s = self.now
-        ts.version += 1
+        EngineState.stage_running(ts, ts.stages[r.stage], self.now)
 
     def _preempt(self, job: _Job, by_engine: bool) -> None:
         r = job.req
@@ -647,8 +575,7 @@ class Simulator:
         self._wprog_add(r)
         self._waiting_sorted = False
         ts = self.tasks[r.task_id]
-        ts.stages[r.stage].status = StageStatus.READY
-        ts.version += 1
+        EngineState.stage_requeued(ts, ts.stages[r.stage])
         self._note("preempt")
         if self.record_timeline:
             self.timeline.append(("preempt", r.request_id, self.now))
@@ -664,9 +591,8 @@ class Simulator:
         p.last_used_s = self.now
         ts = self.tasks[r.task_id]
         st = ts.stages[r.stage]
-        st.rounds_done += 1
-        st.output_tokens += r.generated_tokens
-        ts.version += 1
+        EngineState.call_finished(ts, st, r.generated_tokens,
+                                  None if job.last else self.now + job.tool_after_s)
         self._n_req_done_by_task[r.task_id] += 1
         if self._cluster is not None:
             self._cluster.finished(r.agent, job.out_total)
@@ -687,20 +613,12 @@ class Simulator:
         r.kv_tokens = 0
         self._note("finish")
         if not job.last:
-            st.status = StageStatus.TOOL
-            st.tool_until_s = self.now + job.tool_after_s
             # offer the context to the policy: held only if the decision holds it
-            self.held[(r.task_id, r.stage)] = HeldContext(r.task_id, r.stage, r.agent,
-                                                          ctx_tokens, self.now, self.now,
-                                                          ctx_computed)
+            self.held[(r.task_id, r.stage)] = EngineState.offered(
+                r.task_id, r.stage, r.agent, ctx_tokens, self.now, ctx_computed)
             self._push(self.now + job.tool_after_s, _TOOL, (r.task_id, r.stage))
             return
-        st.status = StageStatus.DONE
-        st.done_s = self.now
-        ts.stages_done += 1
-        rec = StageRecord.completed(ts.workflow, st, self.now)
-        self.history.setdefault((st.agent, st.kind), []).append(rec)
-        self._history_records += 1
+        self.state.stage_completed(ts, st, self.now)
         if ts.stages_done == len(ts.stages):
             t_done = self.now
             if self._cluster is not None:
