@@ -11,8 +11,7 @@ from test_topas_scenarios import aging_state, diamond_state, move_state, preempt
 from topas.engine.snapshot import HeldContext
 from topas.engine.snapshot import StageStatus as S
 from topas.policies import make_policy
-from topas.policies.topas import _Context
-from topas.policies.topas_ext import DEPARTURES, flagship_params
+from topas.policies.topas import DEPARTURES, _Context, flagship_params
 
 
 def decide(snap, off: str = "", **params):

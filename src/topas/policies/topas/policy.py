@@ -117,7 +117,7 @@ class Topas:
     which assumes the prompt's KV survives the preemption).
 
     Departures the flagship ``topas`` switches on (defaults: the paper's choice;
-    ``topas.policies.topas_ext.DEPARTURES``): ``max_preempt`` -- max preemptions per decision
+    ``topas.policies.topas.DEPARTURES``): ``max_preempt`` -- max preemptions per decision
     (``None``: ``K``); ``age_form`` -- ``"log"`` (the paper's ``g_i``) or ``"rank"``
     (``g_i = 1 + rho * number of unfinished tasks younger than i``); ``group_agents`` --
     ``"none"`` (GREEDYPACK by gain), ``"best"`` (Parrot's co-scheduling: each candidate's
