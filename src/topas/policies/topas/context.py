@@ -17,7 +17,6 @@ from topas.engine.snapshot import Location, RequestState, Snapshot, TaskState
 from topas.policies.base import expected_call_output
 from topas.policies.topas.search import Choice, GreedyPack
 from topas.policies.topas.terms import TaskInfo, running_left_s
-from topas.workflow.model import round_up_to_blocks
 
 if TYPE_CHECKING:
     from topas.policies.topas.policy import Topas
@@ -109,6 +108,7 @@ class Context(GreedyPack):
         cands: list[_Cand] = []
         self.by_task: dict[int, list[_Cand]] = {}
         held = snap.held
+        blocks = snap.blocks  # whole KV blocks (one rounding rule: Snapshot.blocks)
         now = snap.time_s
         tasks = snap.tasks
         weights, entries, by_task = self.weights, self.entries, self.by_task
@@ -149,8 +149,7 @@ class Context(GreedyPack):
             else:
                 delta, l_now = self.delta(e, r.stage, ())
             gen_t = r.generated_tokens
-            tokens = r.prompt_tokens + gen_t
-            tokens = round_up_to_blocks(tokens, step)
+            tokens = blocks(r.prompt_tokens + gen_t)
             if held:
                 h = held.get((tid, r.stage))
                 if h is not None and h.expires_s > now:
