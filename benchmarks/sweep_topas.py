@@ -6,7 +6,7 @@
 For every (workload, rate = default rate x mult) it prints mean / p99 JCT (seconds, averaged
 over the seeds) per value, and a final score per value: the mean over all cells of
 mean JCT / mean JCT of the defaults (< 1 is better).  The defaults in
-src/topas/policies/topas.py (DEFAULTS) were chosen from this table (docs/topas.md).
+src/topas/policies/topas/policy.py (DEFAULTS) were chosen from this table (docs/topas.md).
 M is not swept on the MetaGPT workloads: they have at most 5 agents, so with M >= 5 every
 prefix subset is enumerated and smaller M only switches to the (never better) local search.
 """

@@ -271,7 +271,7 @@ def test_every_constructor_parameter_is_declared(name):
 
 
 def test_flagship_defaults_are_its_departures():
-    from topas.policies.topas_ext import flagship_params
+    from topas.policies.topas import flagship_params
 
     decl = {p.name: p.default for p in policy_info("topas").params}
     for k, v in flagship_params().items():

@@ -11,8 +11,7 @@ from test_topas_scenarios import aging_state, diamond_state, move_state, preempt
 from topas.engine.snapshot import HeldContext
 from topas.engine.snapshot import StageStatus as S
 from topas.policies import make_policy
-from topas.policies.topas import _Context
-from topas.policies.topas_ext import DEPARTURES, flagship_params
+from topas.policies.topas import DEPARTURES, Context, flagship_params
 
 
 def decide(snap, off: str = "", **params):
@@ -53,10 +52,10 @@ def test_uncapped_admits_every_request_that_fits():
 def test_rank_priority_weights_tasks_by_how_many_younger_tasks_wait():
     snap = small_requests_state(3)
     pol = make_policy("topas", seed=0)
-    ctx = _Context(pol, snap)
+    ctx = Context(pol, snap)
     assert ctx.weights == {1: 3.0, 2: 2.0, 3: 1.0}  # 1 + rho * younger, rho = 1
     pol = make_policy("topas", seed=0, off="rank_priority")
-    ctx = _Context(pol, snap)
+    ctx = Context(pol, snap)
     assert ctx.weights[1] > ctx.weights[2] > ctx.weights[3]
     assert ctx.weights[1] - ctx.weights[3] < 1.0  # log aging: 10 s of age barely counts
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from test_topas_fixtures import make_prefix, make_request, make_snapshot, make_task
 from topas.engine.snapshot import StageStatus as S
-from topas.policies.topas import Topas, _Context
+from topas.policies.topas import Context, Topas
 
 AGENTS = "ABCD"
 
@@ -71,7 +71,7 @@ def footprint(snap, ctx, choice) -> int:
     return used
 
 
-def brute_force(ctx: _Context) -> float:
+def brute_force(ctx: Context) -> float:
     """Best Score over every prefix subset and every feasible admission set in it."""
     snap, pol = ctx.snap, ctx.pol
     agents = sorted(ctx.active)
@@ -122,7 +122,7 @@ SETTINGS = settings(max_examples=60, deadline=None,
 @given(states())
 def test_enumeration_is_the_best_greedypack_and_never_beats_brute_force(snap):
     pol = Topas(M=8, K=4)
-    ctx = _Context(pol, snap)
+    ctx = Context(pol, snap)
     best = pol.search(ctx)
     assert best is not None
     per_set = [ctx.greedypack(frozenset(s)) for n in range(len(ctx.active) + 1)
@@ -142,7 +142,7 @@ def test_search_equals_brute_force_when_the_budget_is_not_binding(snap):
                         prefixes=list(snap.prefixes.values()), running=list(snap.running),
                         waiting=list(snap.waiting), tasks=list(snap.tasks.values()))
     pol = Topas(M=8, K=8)
-    ctx = _Context(pol, big)
+    ctx = Context(pol, big)
     assert abs(pol.search(ctx).score - brute_force(ctx)) < 1e-9
 
 
@@ -150,7 +150,7 @@ def test_search_equals_brute_force_when_the_budget_is_not_binding(snap):
 @given(states())
 def test_hierarchical_search_is_feasible_and_between_r_t_and_brute_force(snap):
     pol = Topas(M=0, K=4)
-    ctx = _Context(pol, snap)
+    ctx = Context(pol, snap)
     h = pol.search(ctx)
     start = ctx.greedypack(frozenset(ctx.resident0))
     assert h is not None and footprint(snap, ctx, h) <= snap.kv_budget_tokens
@@ -160,5 +160,5 @@ def test_hierarchical_search_is_feasible_and_between_r_t_and_brute_force(snap):
     # on at most two active agents the local search visits every prefix subset
     if len(ctx.active) <= 2:
         full = Topas(M=8, K=4)
-        assert abs(h.score - full.search(_Context(full, snap)).score) < 1e-9 or \
-            ctx._busy(h) != ctx._busy(full.search(_Context(full, snap)))
+        assert abs(h.score - full.search(Context(full, snap)).score) < 1e-9 or \
+            ctx._busy(h) != ctx._busy(full.search(Context(full, snap)))

@@ -94,7 +94,7 @@ def render_paired(rep, img: dict[str, str]) -> list[str]:
 
 
 def render_departures(rep) -> list[str]:
-    from topas.policies.topas_ext import DEPARTURES
+    from topas.policies.topas import DEPARTURES
     from topas.reproduce import TARGET_POLICY
 
     pl = rep.plan
@@ -115,7 +115,7 @@ def render_departures(rep) -> list[str]:
     L = ["## The flagship's departures from the paper, one at a time", ""]
     L.append(
         f"`topas` is `topas-paper` with {len(DEPARTURES)} departures switched on "
-        "(`topas.policies.topas_ext.DEPARTURES`; docs/topas.md explains each). Each column "
+        "(`topas.policies.topas.DEPARTURES`; docs/topas.md explains each). Each column "
         "reverts one of them to the paper's choice (`--param off=NAME`) and gives the paired "
         "change of mean JCT against the full flagship (positive: the departure helps), with "
         f"its 95 % interval, engine context cache on, seeds {seeds[0]}-{seeds[-1]}, busy "

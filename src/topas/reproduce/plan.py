@@ -216,7 +216,7 @@ def plan(cfg: Config) -> Plan:
     departures: list[Job] = []
     pseeds = cfg.paired()
     if pseeds:
-        from topas.policies.topas_ext import DEPARTURES
+        from topas.policies.topas import DEPARTURES
 
         for w in (*cfg.workloads, *cfg.other_workloads):
             if w in busy:

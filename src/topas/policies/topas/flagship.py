@@ -44,7 +44,7 @@ from topas.policies import register
 from topas.policies.base import AdmissionPlan
 from topas.policies.continuum import Continuum, reload_s
 from topas.policies.params import choice, subset, with_defaults
-from topas.policies.topas import Topas
+from topas.policies.topas.policy import Topas
 
 
 class TopasHold(Topas):

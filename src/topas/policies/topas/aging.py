@@ -1,0 +1,113 @@
+"""Aging ``g_i(t)``: the weight of a task's gain in ``J_admit^age`` (docs/topas.md).
+
+* ``age_form="log"`` (the paper): ``g_i(t) = 1 + rho * log(1 + (t - tau_i) / H_age)``, with
+  ``H_age`` fixed or the running median of completed stage service times.
+* ``age_form="rank"`` (a flagship departure): ``g_i = 1 + rho * younger_i``, the number of
+  unfinished tasks ranked after task ``i``; tasks are ranked by arrival time, or by a size
+  key (``rank_key``), with the ``size_gate`` and ``tail_q`` refinements.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable
+
+from topas.engine.snapshot import Snapshot, TaskState
+
+
+class Aging:
+    """The aging half of :class:`~topas.policies.topas.policy.Topas` (a mixin).
+
+    Reads the policy's parameters ``aging``, ``rho``, ``H_age``, ``rank_key``,
+    ``size_weight``, ``size_gate``, ``tail_q`` and its estimator ``mc``; keeps the per-run
+    caches ``_median``, ``_rank``, ``_rank_keys``, ``_live_arrivals``, ``_done_jcts`` and
+    reads ``_task_info`` (all set up in ``Topas.__init__``, reset by ``_new_run_check``)."""
+
+    def h_age(self, snap: Snapshot) -> float:
+        """``H_age`` in seconds: fixed, or the running median of stage service times."""
+        if self.H_age is not None:
+            return self.H_age
+        n = sum(map(len, snap.history.values()))
+        if n != self._median[0]:
+            vals = sorted(r.service_s for recs in snap.history.values() for r in recs[-64:])
+            if vals:
+                m = len(vals) // 2
+                med = vals[m] if len(vals) % 2 else (vals[m - 1] + vals[m]) / 2
+            else:
+                med = snap.cost.call_time_alone(512, 256)
+            self._median = (n, max(med, 1e-3))
+        return self._median[1]
+
+    def age_weight(self, snap: Snapshot, arrival_s: float, h_age: float) -> float:
+        """``g_i(t) = 1 + rho * log(1 + (t - tau_i) / H_age)``."""
+        if not self.aging or self.rho == 0:
+            return 1.0
+        return 1.0 + self.rho * math.log1p(max(0.0, snap.time_s - arrival_s) / h_age)
+
+    def size_key_on(self) -> bool:
+        """Whether the size rank key is used now: always, or (``size_gate``) while the
+        estimator's learned within-task correlation is at least ``size_gate``."""
+        if self.size_gate <= 0:
+            return True
+        cop = self.mc.copula
+        return cop is not None and cop.a2 >= self.size_gate
+
+    def tail_age_s(self, snap: Snapshot) -> float:
+        """``tail_q``: the age (s) past which a task ranks first -- that quantile of the JCTs
+        of the tasks finished so far in this run (inf until 10 have finished)."""
+        live, done = self._live_arrivals, self._done_jcts
+        tasks = snap.tasks
+        if len(live) != len(tasks) or any(t not in tasks for t in live):
+            now = snap.time_s
+            for tid in [t for t in live if t not in tasks]:
+                bisect.insort(done, now - live.pop(tid))
+            for tid, ts in tasks.items():
+                if tid not in live:
+                    live[tid] = ts.arrival_s
+        if len(done) < 10:
+            return math.inf
+        return done[min(len(done) - 1, int(self.tail_q * len(done)))]
+
+    def task_ranks(self, snap: Snapshot, build: Callable[[TaskState], object]
+                   ) -> dict[int, int]:
+        """Rank aging: task id -> number of unfinished tasks ranked after it (``younger_i``).
+
+        Strict-ish task priority: a task's weight grows with the number of unfinished tasks
+        that arrived after it (``g_i = 1 + rho * younger_i``); memoised by the set of
+        unfinished tasks (in the snapshot's order).  ``build(ts)`` estimates a task's
+        ``E[LP]`` for its current version (which sets its size key)."""
+        tasks = snap.tasks
+        task_info = self._task_info
+        by_size = self.rank_key != "arrival" and self.size_key_on()
+        if by_size:
+            # the keys of tasks whose state changed are estimated first (a task never
+            # estimated ranks last)
+            for r in snap.waiting:
+                ts = tasks[r.task_id]
+                info = task_info.get(r.task_id)
+                if info is None or info.version != ts.version:
+                    build(ts)
+            keys = self._rank_keys
+            inf = math.inf
+            ids = (tuple(tasks), tuple(keys.get(t, inf) for t in tasks))
+        else:
+            ids = (tuple(tasks), ())
+        late_before = -math.inf
+        if self.tail_q > 0:
+            # tasks that arrived before now - tail age rank first, oldest first
+            late_before = snap.time_s - self.tail_age_s(snap)
+            ids = (*ids, sum(1 for t in tasks.values() if t.arrival_s < late_before))
+        if self._rank[0] != ids:
+            if not by_size:
+                order = sorted(tasks.values(), key=lambda t: (t.arrival_s, t.task_id))
+            elif late_before > -math.inf:
+                order = sorted(tasks.values(), key=lambda t: (
+                    (0, t.arrival_s, t.task_id) if t.arrival_s < late_before else
+                    (1, keys.get(t.task_id, inf), t.arrival_s, t.task_id)))
+            else:
+                order = sorted(tasks.values(), key=lambda t: (
+                    keys.get(t.task_id, inf), t.arrival_s, t.task_id))
+            n_t = len(order)
+            self._rank = (ids, {t.task_id: n_t - 1 - k for k, t in enumerate(order)})
+        return self._rank[1]

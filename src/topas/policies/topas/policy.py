@@ -1,0 +1,310 @@
+"""The TOPAS policy: its parameters, the decision, and the paper's variants (``topas-paper``,
+``topas-base``, ``topas-noreuse``, ``topas-noaging``, ``topas-oracle``).
+
+A decision builds the per-event :class:`~topas.policies.topas.context.Context` (the
+candidates and the inputs of the Score's terms, :mod:`.terms` and :mod:`.aging`), searches
+the post-decision states (:mod:`.search`) and commits the arg-max.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from topas.engine.decision import Decision
+from topas.engine.snapshot import Snapshot
+from topas.estimators import EmpiricalResidual, MonteCarloLP, TrueResidual
+from topas.policies import register
+from topas.policies.base import AdmissionPlan
+from topas.policies.params import N_SAMPLES, RESERVE_RATIO, choice, flag, integer, real, without
+from topas.policies.parrot import task_fcfs_key
+from topas.policies.topas.aging import Aging
+from topas.policies.topas.context import Context
+from topas.policies.topas.search import Choice, exhaustive
+from topas.policies.topas.search import hierarchical as local_search
+from topas.policies.topas.terms import TaskInfo, Terms, _MoveCost
+
+#: defaults chosen by benchmarks/sweep_topas.py (see docs/topas.md)
+DEFAULTS = dict(M=6, K=2, beta=10.0, rho=0.25, H_age=None, min_gain_s=1e-3, joint_gain=True)
+
+
+class Topas(Aging, Terms):
+    """The TOPAS scheduler.  Parameters (paper symbols):
+
+    ``M`` -- enumerate every prefix subset when ``|A_t| <= M``; ``K`` -- max admits and max
+    preemptions per decision; ``beta`` -- weight of ``V_reuse``; ``rho`` -- aging strength;
+    ``H_age`` -- aging time scale in seconds (``None``: running median of completed stage
+    service times, the spec's choice); ``n_samples`` -- Monte Carlo rows ``S``;
+    ``reserve_ratio`` -- KV headroom for expected remaining output (as ``AdmissionPlan``);
+    ``reuse`` / ``aging`` / ``move`` / ``redo`` / ``revoke`` -- switch a Score term off
+    (ablations); ``redo_cost`` -- what ``J_redo`` charges for a preemption: ``"engine"``
+    (default, **choice**: the work this engine really redoes -- under SGLang semantics the
+    prompt tokens already prefilled plus the generated tokens decoded again, under vLLM's the
+    prefill of prompt + generated) or ``"decode"`` (the paper's ``T_decode * y_r`` only,
+    which assumes the prompt's KV survives the preemption).
+
+    Departures the flagship ``topas`` switches on (defaults: the paper's choice;
+    ``topas.policies.topas.DEPARTURES``): ``max_preempt`` -- max preemptions per decision
+    (``None``: ``K``); ``age_form`` -- ``"log"`` (the paper's ``g_i``) or ``"rank"``
+    (``g_i = 1 + rho * number of unfinished tasks younger than i``); ``group_agents`` --
+    ``"none"`` (GREEDYPACK by gain), ``"best"`` (Parrot's co-scheduling: each candidate's
+    agent group follows it) or ``"density"`` (agent groups ordered by summed aged gain per KV
+    token, the prefix counted when not resident); ``hol_block`` -- admit nothing past the
+    first candidate that cannot fit even with every idle prefix evicted.
+    """
+
+    #: declared parameters (topas.policies.params)
+    PARAMS = (
+        integer("M", DEFAULTS["M"], "enumerate every prefix subset when at most M agents "
+                "compete (2^M Score evaluations)", hi=16),
+        integer("K", DEFAULTS["K"], "max admissions (and preemptions) per decision", lo=1,
+                hi=1_000_000),
+        real("beta", DEFAULTS["beta"], "weight of the reuse term V_reuse", hi=1e6),
+        real("rho", DEFAULTS["rho"], "aging strength", hi=1e6),
+        real("H_age", DEFAULTS["H_age"], "aging time scale (s); none: running median of stage "
+             "service times", lo_open=True, hi=1e9, nullable=True),
+        N_SAMPLES,
+        RESERVE_RATIO,
+        flag("reuse", True, "the V_reuse term (false: ablation)"),
+        flag("aging", True, "aging g_i (false: g_i = 1)"),
+        flag("move", True, "the J_move term (prefix move-in/out time)"),
+        flag("redo", True, "the J_redo term (work a preemption redoes)"),
+        flag("revoke", True, "the J_revoke term (gain a preemption takes back)"),
+        real("min_gain_s", DEFAULTS["min_gain_s"], "admit nothing whose gain is below this "
+             "(s)", hi=3_600.0),
+        flag("joint_gain", DEFAULTS["joint_gain"], "gain of requests of one task counted "
+             "jointly"),
+        choice("redo_cost", "engine", ("engine", "decode"), "what J_redo charges: the work "
+               "this engine redoes, or the paper's decode time only"),
+        choice("revoke_value", "credit", ("credit", "current"), "a preemption revokes the "
+               "credited gain, or the displaced request's current aged gain"),
+        integer("max_preempt", None, "max preemptions per decision (none: K)", hi=1_000_000,
+                nullable=True),
+        choice("age_form", "log", ("log", "rank"), "log: the paper's g_i; rank: 1 + rho * "
+               "unfinished younger tasks"),
+        choice("rank_key", "arrival", ("arrival", "finish", "remaining"), "what rank aging "
+               "ranks tasks by: arrival time, or arrival + size_weight * E[LP] with E[LP] "
+               "estimated when the task is first seen (finish) or at its latest state "
+               "change (remaining; a large size_weight gives SRPT order)"),
+        real("size_weight", 1.0, "seconds of arrival one second of expected path is worth in "
+             "the rank key (rank_key finish or remaining)", hi=1e6),
+        real("size_gate", 0.0, "with a size rank key and residual=correlated: use the "
+             "size key only while the learned within-task correlation a^2 is at least this "
+             "(0: always)", hi=1.0),
+        real("tail_q", 0.0, "with rank aging: a task older than this quantile of the "
+             "run's finished tasks' JCTs ranks ahead of every task that is not, oldest first "
+             "(bounds overtaking by a size rank key; 0: off)", hi=0.999),
+        flag("hol_block", False, "admit nothing past the first candidate that cannot fit"),
+        flag("backfill", False, "with hol_block: admit a later candidate past the blocked "
+             "one when it is expected to finish before the blocked one could fit, or fits "
+             "beside it then (EASY backfilling)"),
+        choice("group_agents", "none", ("none", "best", "density"), "GREEDYPACK order: by "
+               "gain, agent groups following candidates, or groups by gain per KV token"),
+        choice("residual", "independent", ("independent", "correlated"), "E[LP]'s stage "
+               "residuals: independent (the paper), or correlated within a task by a factor "
+               "learned online (topas.estimators.copula, review H1)"),
+    )
+
+    def __init__(self, seed: int = 0, M: int = DEFAULTS["M"], K: int = DEFAULTS["K"],
+                 beta: float = DEFAULTS["beta"], rho: float = DEFAULTS["rho"],
+                 H_age: float | None = DEFAULTS["H_age"], n_samples: int = 64,
+                 reserve_ratio: float = 0.5, reuse: bool = True, aging: bool = True,
+                 move: bool = True, redo: bool = True, revoke: bool = True,
+                 min_gain_s: float = DEFAULTS["min_gain_s"],
+                 joint_gain: bool = DEFAULTS["joint_gain"], redo_cost: str = "engine",
+                 revoke_value: str = "credit", max_preempt: int | None = None,
+                 age_form: str = "log", hol_block: bool = False, group_agents: str = "none",
+                 rank_key: str = "arrival", size_weight: float = 1.0, backfill: bool = False,
+                 tail_q: float = 0.0, residual: str = "independent", size_gate: float = 0.0,
+                 name: str = "topas-paper") -> None:
+        if M < 0 or K < 1:
+            raise ValueError(f"topas: M={M} must be >= 0 and K={K} >= 1")
+        if beta < 0 or rho < 0:
+            raise ValueError(f"topas: beta={beta} and rho={rho} must be >= 0")
+        if H_age is not None and not H_age > 0:
+            raise ValueError(f"topas: H_age={H_age} must be > 0 seconds or None")
+        if min_gain_s < 0:
+            raise ValueError(f"topas: min_gain_s={min_gain_s} must be >= 0 seconds")
+        if redo_cost not in ("engine", "decode"):
+            raise ValueError(f"topas: redo_cost={redo_cost!r} must be 'engine' or 'decode'")
+        if revoke_value not in ("credit", "current"):
+            raise ValueError(f"topas: revoke_value={revoke_value!r} must be 'credit' or "
+                             "'current'")
+        if max_preempt is not None and max_preempt < 0:
+            raise ValueError(f"topas: max_preempt={max_preempt} must be >= 0 or None (= K)")
+        if age_form not in ("log", "rank"):
+            raise ValueError(f"topas: age_form={age_form!r} must be 'log' or 'rank'")
+        self.max_preempt = K if max_preempt is None else max_preempt
+        self.hol_block = bool(hol_block)
+        self.backfill = bool(backfill)
+        if group_agents not in ("none", "best", "density"):
+            raise ValueError(f"topas: group_agents={group_agents!r} must be 'none', 'best' "
+                             "or 'density'")
+        self.group_agents = group_agents
+        self.age_form = age_form
+        if rank_key not in ("arrival", "finish", "remaining"):
+            raise ValueError(f"topas: rank_key={rank_key!r} must be 'arrival', 'finish' or "
+                             "'remaining'")
+        if not size_weight >= 0:
+            raise ValueError(f"topas: size_weight={size_weight} must be >= 0")
+        self.rank_key, self.size_weight = rank_key, size_weight
+        if not 0 <= tail_q < 1:
+            raise ValueError(f"topas: tail_q={tail_q} must be in [0, 1)")
+        self.tail_q = tail_q
+        #: tail_q > 0: arrival time of every unfinished task seen, and the sorted JCTs (s) of
+        #: the tasks seen to finish (a task finishes when it leaves ``snap.tasks``)
+        self._live_arrivals: dict[int, float] = {}
+        self._done_jcts: list[float] = []
+        #: rank_key != "arrival": task id -> its rank key (s), set when its E[LP] is estimated
+        self._rank_keys: dict[int, float] = {}
+        #: KV tokens and prefixes a subclass has already committed in this decision (holds
+        #: decided before admission); the search packs into what is left
+        self._committed_tokens = 0
+        self._committed_agents: frozenset[str] = frozenset()
+        self.redo_cost = redo_cost
+        self.revoke_value = revoke_value
+        self.min_gain_s = min_gain_s
+        self.joint_gain = joint_gain
+        self.name = name
+        self.M, self.K, self.beta, self.rho, self.H_age = M, K, beta, rho, H_age
+        self.reserve_ratio = reserve_ratio
+        self.reuse, self.aging = reuse, aging
+        self.use_move, self.use_redo, self.use_revoke = move, redo, revoke
+        self.seed = seed
+        if residual not in ("independent", "correlated"):
+            raise ValueError(f"topas: residual={residual!r} must be 'independent' or "
+                             "'correlated'")
+        self.residual = residual
+        if not 0 <= size_gate <= 1 or (size_gate > 0 and residual != "correlated"):
+            raise ValueError(f"topas: size_gate={size_gate} must be in [0, 1] and needs "
+                             "residual='correlated'")
+        self.size_gate = size_gate
+        self.mc = MonteCarloLP(EmpiricalResidual(), n_samples=n_samples, seed=seed,
+                               correlated=residual == "correlated")
+        self._lookahead: dict[int, tuple[int, tuple[str, ...]]] = {}
+        self._la_counts: dict[str, int] = {}  #: n_a(t) summed over ``_lookahead``
+        self._median: tuple[int, float] = (-1, 0.0)
+        #: per task: its Monte Carlo entry for its current version (terms.TaskInfo)
+        self._task_info: dict[int, TaskInfo] = {}
+        #: per agent: its prefix move costs c_in, c_out (s) for its prefix state
+        self._moves: dict[str, _MoveCost] = {}
+        self._run_id = -1
+        #: (unfinished task ids, task id -> number of younger unfinished tasks) for rank aging
+        self._rank: tuple[tuple, dict[int, int]] = ((), {})
+        self.last: Choice | None = None  #: the committed choice (for tests and traces)
+
+    # ------------------------------------------------------------------ caches between events
+    def _new_run_check(self, snap: Snapshot) -> None:
+        """Drop every cache when a new run starts (a new ``snap.run_key``) and forget tasks
+        that finished (bounded memory)."""
+        if snap.run_key is not self._run_id:  # identity: ids are reused after GC
+            self._run_id = snap.run_key
+            self._task_info.clear()
+            self._moves.clear()
+            self._lookahead.clear()
+            self._la_counts.clear()
+            self._median = (-1, 0.0)
+            self._rank = ((), {})
+            self._rank_keys.clear()
+            self._live_arrivals.clear()
+            self._done_jcts.clear()
+        if len(self._task_info) > 2 * len(snap.tasks) + 64:
+            for tid in [t for t in self._task_info if t not in snap.tasks]:
+                del self._task_info[tid]
+                self._rank_keys.pop(tid, None)
+            self.mc.forget_finished(snap.tasks)
+
+    # ------------------------------------------------------------------ the decision
+    def decide(self, snap: Snapshot) -> Decision:
+        self.last = None
+        if not snap.waiting:
+            return Decision()
+        ctx = Context(self, snap)
+        best = self.search(ctx)
+        self.last = best
+        if not snap.running and (best is None or not best.admit):
+            # work conservation: an empty engine never waits while requests do (the Score can
+            # see no positive state, e.g. a prefix of nearly the whole budget that the
+            # search's output reservation cannot fit); admit the oldest task's request that
+            # fits alone, as the engine's default admission would
+            fallback = self.idle_admission(snap)
+            if fallback is not None:
+                return fallback
+        if best is None or not (best.admit or best.preempt or best.evict):
+            return Decision()
+        return Decision(admit=best.admit, preempt=best.preempt, evict=best.evict,
+                        credit=dict(best.credit))
+
+    def idle_admission(self, snap: Snapshot) -> Decision | None:
+        """For an empty engine: the oldest task's waiting request that fits (evicting idle
+        prefixes LRU first, one block of headroom if that is all there is), credit 0; None
+        if none fits."""
+        plan = AdmissionPlan(snap, self.reserve_ratio)
+        plan.free -= self._committed_tokens
+        plan.needed |= self._committed_agents
+        for r in sorted(snap.waiting, key=lambda q: task_fcfs_key(snap, q)):
+            if plan.try_admit(r):
+                return plan.decision(credit={r.request_id: 0.0})
+        return None
+
+    def search(self, ctx: Context) -> Choice | None:
+        """The arg-max state: every prefix subset of the active agents when at most ``M``
+        compete, else the hierarchical local search."""
+        agents = sorted(ctx.active)
+        if len(agents) <= self.M:
+            return exhaustive(ctx, agents, self.max_preempt)
+        return self.hierarchical(ctx, agents)
+
+    def hierarchical(self, ctx: Context, agents: list[str]) -> Choice | None:
+        """Local search from ``R_t`` (:func:`topas.policies.topas.search.hierarchical`)."""
+        return local_search(ctx, agents)
+
+
+class TopasOracle(Topas):
+    """TOPAS with the true residual service of every stage (clairvoyant; for reports)."""
+
+    def bind_oracle(self, fn: Callable) -> None:
+        self.mc = MonteCarloLP(TrueResidual(fn), n_samples=1, seed=self.seed)
+
+
+@register("topas-paper", "TOPAS as the paper specifies it: Score = aged task-progress gain - "
+          "prefix moves - redo - revoke + one-hop reuse, GREEDYPACK + prefix-set search",
+          source="TOPAS (arXiv 2608.25523)")
+def _topas_paper(seed: int = 0, **params) -> Topas:
+    return Topas(seed=seed, **params)
+
+
+_topas_paper.PARAMS = Topas.PARAMS
+
+
+@register("topas-base", "TOPAS without the reuse term and without aging (paper's TOPAS-base)",
+          source="TOPAS ablation")
+def _topas_base(seed: int = 0, **params) -> Topas:
+    return Topas(seed=seed, reuse=False, aging=False, name="topas-base", **params)
+
+
+_topas_base.PARAMS = without(Topas.PARAMS, "reuse", "aging")
+
+
+@register("topas-noreuse", "TOPAS without V_reuse", source="TOPAS ablation")
+def _topas_noreuse(seed: int = 0, **params) -> Topas:
+    return Topas(seed=seed, reuse=False, name="topas-noreuse", **params)
+
+
+_topas_noreuse.PARAMS = without(Topas.PARAMS, "reuse")
+
+
+@register("topas-noaging", "TOPAS without aging (g_i = 1)", source="TOPAS ablation")
+def _topas_noaging(seed: int = 0, **params) -> Topas:
+    return Topas(seed=seed, aging=False, name="topas-noaging", **params)
+
+
+_topas_noaging.PARAMS = without(Topas.PARAMS, "aging")
+
+
+@register("topas-oracle", "TOPAS with the true residual service times instead of estimates "
+          "(clairvoyant upper reference)", source="TOPAS, oracle residuals")
+def _topas_oracle(seed: int = 0, **params) -> Topas:
+    return TopasOracle(seed=seed, name="topas-oracle", **params)
+
+
+_topas_oracle.PARAMS = Topas.PARAMS
