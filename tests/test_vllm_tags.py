@@ -199,3 +199,74 @@ def test_tags_module_does_not_import_vllm():
     code = ("import sys, topas.integrations.vllm.tags, topas.integrations.vllm.client; "
             "assert 'vllm' not in sys.modules, 'vllm imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- the start-up check of vLLM's private scheduler internals (no vLLM needed) ---------------
+
+class _Pool:
+    num_gpu_blocks = 8
+
+    def touch(self, blocks): ...
+
+    def free_blocks(self, blocks): ...
+
+    def evict_blocks(self, ids): ...
+
+
+class _KV:
+    def __init__(self, pool):
+        self.block_pool = pool
+
+    def get_blocks(self, rid): ...
+
+
+class _Sched:
+    requests: dict = {}
+    waiting = running = ()
+    block_size = 16
+    max_num_active_reqs = max_num_scheduled_tokens = 4
+    policy = "fcfs"
+
+    def __init__(self, pool):
+        self.kv_cache_manager = _KV(pool)
+
+    def schedule(self): ...
+
+    def _preempt_request(self, r, t): ...
+
+    def _free_request_blocks(self, r): ...
+
+
+def test_vllm_compat_check_passes_a_scheduler_with_every_part():
+    from topas.integrations.vllm.compat import check_vllm, missing_parts
+    s = _Sched(_Pool())
+    assert missing_parts(s) == []
+    check_vllm(s)
+
+
+def test_vllm_compat_check_names_the_supported_version_and_what_is_missing():
+    from topas.integrations.vllm.compat import SUPPORTED_VLLM, UnsupportedVLLM, check_vllm
+
+    class OldPool(_Pool):
+        evict_blocks = None  # renamed in some other release
+
+    class OldSched(_Sched):
+        _preempt_request = None
+
+    with pytest.raises(UnsupportedVLLM) as e:
+        check_vllm(OldSched(OldPool()))
+    msg = str(e.value)
+    assert f"supports vllm {SUPPORTED_VLLM}" in msg and "\n" not in msg
+    assert "Scheduler._preempt_request" in msg and "BlockPool.evict_blocks" in msg
+    assert "Scheduler.schedule" not in msg
+
+
+def test_vllm_compat_check_of_a_request():
+    from types import SimpleNamespace
+
+    from topas.integrations.vllm.compat import REQUEST_ATTRS, UnsupportedVLLM, check_request
+    full = SimpleNamespace(**dict.fromkeys(REQUEST_ATTRS, 0))
+    check_request(full)
+    del full.num_preemptions
+    with pytest.raises(UnsupportedVLLM, match="Request.num_preemptions"):
+        check_request(full)
