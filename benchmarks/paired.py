@@ -87,8 +87,11 @@ def main(argv: list[str]) -> int:
     res = run_jobs(jobs, Path(a.cache_dir), n_workers=a.jobs, progress=not a.quiet)
     # the target's runs carry its parameters; compare them under its plain name
     tgt = f"{a.target}*"
+    # (only the runs with the target's parameters: ``--also`` may name the target's policy
+    # itself, e.g. the flagship with its defaults against a parameter variant)
     res = {(Job(j.workload, tgt, j.rate, j.seed, j.n_tasks, j.context_cache)
-            if j.policy == a.target else j): v for j, v in res.items()}
+            if j.policy == a.target and j.params == params else j): v
+           for j, v in res.items()}
     rows = paired_rows(res, res.keys(), tgt, bases, also)
     print(f"target {a.target} {dict(params)} vs the best of {len(bases)} baselines; seeds "
           f"{a.seeds} (n={len(seeds)}); rate = {a.mult} x default; tasks x {a.task_mult}")

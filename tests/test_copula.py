@@ -142,3 +142,31 @@ def test_size_gate_uses_the_size_key_only_once_correlation_is_learned():
         assert pol.decide(hard_and_easy_waiting(hist)).admit == want
     with pytest.raises(ValueError, match="size_gate"):
         make_policy("topas", seed=1, size_gate=0.5)  # needs residual=correlated
+
+
+def test_size_cv_gate_is_the_flagship_when_closed_and_the_size_key_when_open():
+    """``size_cv``: the size rank key only while the run's tasks' first-sight E[LP] differ by
+    at least that coefficient of variation.  Groupchat's tasks (3-10 rounds) differ by about
+    0.35: a gate of 10 never opens (exactly the arrival-ranked flagship), a gate of 0.05 opens
+    after ten tasks (then exactly the ungated size key once every task has been seen)."""
+    from topas.api import simulate
+
+    def run(**kw):
+        res = simulate("groupchat", "topas", n_tasks=40, rate=0.15, seed=1, policy_params=kw)
+        return [round(t.finished_s, 9) for t in res.tasks]
+
+    size = {"rank_key": "remaining", "size_weight": 10.0}
+    flagship, ungated = run(), run(**size)
+    assert flagship != ungated  # the size key changes the order here
+    assert run(**size, size_cv=10.0) == flagship
+    gated = run(**size, size_cv=0.05)
+    assert gated != flagship
+    pol = make_policy("topas", seed=1, **size, size_cv=0.3)
+    pol._first_lp = (9, 9.0, 9.0 * 4)  # nine tasks, CV 1.73: too few to open
+    assert not pol.size_key_on()
+    pol._first_lp = (10, 10.0, 10.0 * 1.1)  # CV 0.32
+    assert pol.size_key_on()
+    pol._first_lp = (10, 10.0, 10.0 * 1.05)  # CV 0.22
+    assert not pol.size_key_on()
+    with pytest.raises(ValueError, match="size_cv"):
+        make_policy("topas", seed=1, size_cv=-1.0)

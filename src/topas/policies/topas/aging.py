@@ -46,12 +46,23 @@ class Aging:
         return 1.0 + self.rho * math.log1p(max(0.0, snap.time_s - arrival_s) / h_age)
 
     def size_key_on(self) -> bool:
-        """Whether the size rank key is used now: always, or (``size_gate``) while the
-        estimator's learned within-task correlation is at least ``size_gate``."""
-        if self.size_gate <= 0:
+        """Whether the size rank key is used now: always, or while a gate is open --
+        ``size_gate``: the estimator's learned within-task correlation is at least
+        ``size_gate``; ``size_cv``: the coefficient of variation of the run's tasks' E[LP]
+        when first seen is at least ``size_cv`` (sizes that differ visibly at arrival)."""
+        if self.size_gate <= 0 and self.size_cv <= 0:
             return True
-        cop = self.mc.copula
-        return cop is not None and cop.a2 >= self.size_gate
+        if self.size_gate > 0:
+            cop = self.mc.copula
+            if cop is not None and cop.a2 >= self.size_gate:
+                return True
+        if self.size_cv > 0:
+            n, s1, s2 = self._first_lp
+            if n >= 10 and s1 > 0:
+                mean = s1 / n
+                var = max(0.0, s2 / n - mean * mean)
+                return math.sqrt(var) >= self.size_cv * mean
+        return False
 
     def tail_age_s(self, snap: Snapshot) -> float:
         """``tail_q``: the age (s) past which a task ranks first -- that quantile of the JCTs

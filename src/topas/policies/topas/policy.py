@@ -90,6 +90,10 @@ class Topas(Aging, Terms):
         real("size_gate", 0.0, "with a size rank key and residual=correlated: use the "
              "size key only while the learned within-task correlation a^2 is at least this "
              "(0: always)", hi=1.0),
+        real("size_cv", 0.0, "with a size rank key: use the size key only while the "
+             "coefficient of variation of this run's tasks' E[LP] when first seen (10 tasks "
+             "or more) is at least this -- task sizes that differ visibly at arrival (0: "
+             "always; with size_gate, either opens it)", hi=10.0),
         real("tail_q", 0.0, "with rank aging: a task older than this quantile of the "
              "run's finished tasks' JCTs ranks ahead of every task that is not, oldest first "
              "(bounds overtaking by a size rank key; 0: off)", hi=0.999),
@@ -115,6 +119,7 @@ class Topas(Aging, Terms):
                  age_form: str = "log", hol_block: bool = False, group_agents: str = "none",
                  rank_key: str = "arrival", size_weight: float = 1.0, backfill: bool = False,
                  tail_q: float = 0.0, residual: str = "independent", size_gate: float = 0.0,
+                 size_cv: float = 0.0,
                  name: str = "topas-paper") -> None:
         if M < 0 or K < 1:
             raise ValueError(f"topas: M={M} must be >= 0 and K={K} >= 1")
@@ -178,6 +183,11 @@ class Topas(Aging, Terms):
             raise ValueError(f"topas: size_gate={size_gate} must be in [0, 1] and needs "
                              "residual='correlated'")
         self.size_gate = size_gate
+        if not 0 <= size_cv < float("inf"):
+            raise ValueError(f"topas: size_cv={size_cv} must be a finite number >= 0")
+        self.size_cv = size_cv
+        #: size_cv: (count, sum, sum of squares) of the run's tasks' first-sight E[LP] (s)
+        self._first_lp = (0, 0.0, 0.0)
         self.mc = MonteCarloLP(EmpiricalResidual(), n_samples=n_samples, seed=seed,
                                correlated=residual == "correlated")
         self._lookahead: dict[int, tuple[int, tuple[str, ...]]] = {}
@@ -205,6 +215,7 @@ class Topas(Aging, Terms):
             self._median = (-1, 0.0)
             self._rank = ((), {})
             self._rank_keys.clear()
+            self._first_lp = (0, 0.0, 0.0)
             self._live_arrivals.clear()
             self._done_jcts.clear()
         if len(self._task_info) > 2 * len(snap.tasks) + 64:

@@ -93,6 +93,9 @@ class Terms:
         if self.rank_key != "arrival" and self.age_form == "rank" and (
                 self.rank_key == "remaining" or ts.task_id not in self._rank_keys):
             lp = info.l_i if chain else e.expected_lp(snap.time_s)
+            if ts.task_id not in self._rank_keys:
+                n, s1, s2 = self._first_lp
+                self._first_lp = (n + 1, s1 + lp, s2 + lp * lp)
             self._rank_keys[ts.task_id] = ts.arrival_s + self.size_weight * lp
         return info
 
