@@ -24,16 +24,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 
 from topas.engine.cost import Profile
+from topas.engine.jobs import _FORGET, _INJECT, _TASK_DONE, PolicyStalled
 from topas.engine.records import EngineCounters, SimResult
-from topas.engine.simulator import (
-    _FORGET,
-    _INJECT,
-    _TASK_DONE,
-    PolicyStalled,
-    Simulator,
-    validate_tasks,
-)
+from topas.engine.simulator import Simulator
 from topas.engine.snapshot import TaskState
+from topas.engine.validate import validate_tasks
 from topas.routing.base import ClusterView, ReplicaView, Router, RouteRequest, RouterError
 from topas.workflow.model import Agent, Task
 

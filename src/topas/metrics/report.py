@@ -404,7 +404,7 @@ def render_markdown(rep: Reproduction, img: dict[str, str]) -> str:
     a("")
     a("Mean JCT / mean lower bound, where a task's lower bound is its critical path on an "
       "empty engine (every call alone, prefixes already resident: "
-      "`topas.engine.simulator.task_lower_bound`). 1.0 is unreachable in general under load; "
+      "`topas.engine.bounds.task_lower_bound`). 1.0 is unreachable in general under load; "
       "the ratio shows how much of a task's time is queueing and interference. "
       "`topas-oracle` (TOPAS with true residual service times) is the clairvoyant reference "
       "in the ablation section.")
