@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from topas import reproduce as R
-from topas.metrics import report as rep
 from topas.reproduce import cli as RC
+from topas.reproduce import report as rep
 from topas.reproduce import runner as RR
 
 # -- arithmetic on hand-made numbers --------------------------------------------------------
@@ -134,14 +134,19 @@ def test_gantt_splits_preempted_requests():
 # -- markdown -> html ------------------------------------------------------------------------
 
 def test_md_to_html_tables_code_images():
+    """The page is markdown-it-py's CommonMark + tables; headings carry the anchors the
+    report's in-page links use."""
     md = ("# T\n\ntext with `a|b` and **bold**\n\n| x | y |\n|---|---|\n| 1 | 2 |\n\n"
-          "![plot](img/p.png)\n\n```\nx < y\n```\n- one\n- two\n")
-    h = rep.md_to_html(md, "t")
-    assert '<h1 id="t">T</h1>' in h
-    assert "<td>1</td><td>2</td>" in h and "<th>x</th>" in h
-    assert '<img alt="plot" src="img/p.png">' in h
-    assert "<pre><code>x &lt; y</code></pre>" in h
-    assert "<li>one</li><li>two</li>" in h
+          "![plot](img/p.png)\n\n```\nx < y\n```\n- one\n- two\n\n"
+          "see [failed](#failed-runs)\n\n## Failed runs\n")
+    h = rep.md_to_html(md, "t <title>")
+    assert h.startswith("<!DOCTYPE html>") and "<title>t &lt;title&gt;</title>" in h
+    assert '<h1 id="t">T</h1>' in h and '<h2 id="failed-runs">Failed runs</h2>' in h
+    assert '<a href="#failed-runs">failed</a>' in h
+    assert "<td>1</td>\n<td>2</td>" in h and "<th>x</th>" in h
+    assert '<img src="img/p.png" alt="plot" />' in h
+    assert "<pre><code>x &lt; y\n</code></pre>" in h
+    assert "<li>one</li>\n<li>two</li>" in h
     assert "<code>a|b</code>" in h and "<strong>bold</strong>" in h
 
 

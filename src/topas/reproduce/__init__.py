@@ -19,7 +19,7 @@ process pool, or Ray in :mod:`~topas.reproduce.ray_executor`), :mod:`~topas.repr
 (aggregation), :mod:`~topas.reproduce.experiments` (the motivating toys),
 :mod:`~topas.reproduce.cli` (``topas reproduce``) and :mod:`~topas.reproduce.grid` /
 :mod:`~topas.reproduce.sweep` (``topas sweep GRID.yaml``); the report is rendered by
-:mod:`topas.metrics.report`.
+:mod:`topas.reproduce.report`.
 """
 
 from topas.reproduce.experiments import (

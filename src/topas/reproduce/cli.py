@@ -9,9 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-from topas.metrics.report import Reproduction, write_report
 from topas.metrics.summary import atomic_write_text
 from topas.reproduce.plan import FULL_SEEDS, QUICK_SEEDS, Config
+from topas.reproduce.report import Reproduction, write_report
 
 # -- the command -------------------------------------------------------------------------------
 

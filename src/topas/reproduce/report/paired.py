@@ -82,7 +82,7 @@ def render_paired(rep, img: dict[str, str]) -> list[str]:
                     _cell(t["vs_best"]), f"{t['vs_best'].wins}/{t['vs_best'].n}",
                     verdict(t["vs_best"]), f"{_cell(t['p99_vs_best'])} ({r['best_p99']})",
                     _cell(pp["vs_best"]) if pp else "n/a"])
-    from topas.metrics.report import table
+    from topas.reproduce.report.format import table
 
     L += [table(hdr, trs), ""]
     L.append(f"Made by `{rep.command}`; one cell: `topas run --workload W --policy P --rate R "
@@ -133,7 +133,7 @@ def render_departures(rep) -> list[str]:
             p = paired([got[s] for s in ss], [full[(w, s)] for s in ss])
             cells.append(f"{p.mean_pct:+.1f} [{p.lo_pct:+.1f}, {p.hi_pct:+.1f}]")
         trs.append(cells)
-    from topas.metrics.report import table
+    from topas.reproduce.report.format import table
 
     L += [table(["workload", *[f"without {d}" for d in DEPARTURES]], trs), ""]
     L.append(f"Made by `{rep.command}`; one cell: `topas run --workload W --policy topas "
