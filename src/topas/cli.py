@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import os
 import sys
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -16,107 +13,21 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from topas.engine.cost import DEFAULT_PROFILE, get_profile, list_profiles
+from topas.engine.cost import DEFAULT_PROFILE, get_profile
 from topas.engine.decision import DecisionError
 from topas.engine.simulator import PolicyStalled
-from topas.routing import DEFAULT_ROUTER, ROUTER_SUMMARIES, ROUTERS
+from topas.routing import DEFAULT_ROUTER, ROUTERS
 from topas.workflow.model import WorkflowError
 
 err = Console(stderr=True)
 out = Console()
 
 #: the keys ``topas run --json`` always prints
+from topas.cli_args import MAX_TASKS, ArgumentParser, CliError, check_out_dir, float_arg, int_arg
+from topas.cli_list import cmd_list, cmd_workloads_show
+
 JSON_KEYS = ("mean_jct_s", "p99_jct_s", "throughput_tasks_per_s", "mean_lower_bound_s",
              "requests", "mean_decision_ms", "p99_decision_ms", "sim_wall_s")
-
-
-class CliError(Exception):
-    """A user-facing error: printed as one line, exit status 2."""
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse with errors on one line (``topas run: error: argument --seed: ...``), no usage
-    block; ``--help`` still prints the usage."""
-
-    def error(self, message: str):  # noqa: D102 -- argparse's hook
-        msg = " ".join(message.split())
-        self.exit(2, f"{self.prog}: error: {msg} (see {self.prog} --help)\n")
-
-
-# -- argument types: each names the problem; argparse adds "argument --flag:" ------------------
-
-def int_arg(lo: int | None = None, hi: int | None = None) -> callable:
-    """An argparse type: an integer in ``[lo, hi]`` (``1e6`` accepted when integral)."""
-
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            try:
-                f = float(text)
-            except ValueError:
-                raise argparse.ArgumentTypeError(f"{text!r}: must be an integer") from None
-            if not (math.isfinite(f) and f.is_integer()):
-                raise argparse.ArgumentTypeError(f"{text!r}: must be an integer") from None
-            v = int(f)
-        if (lo is not None and v < lo) or (hi is not None and v > hi):
-            raise argparse.ArgumentTypeError(f"{text}: must be {_range_text(lo, hi)}")
-        return v
-
-    parse.__name__ = "integer"
-    return parse
-
-
-def float_arg(lo: float = 0.0, hi: float | None = None, lo_open: bool = True) -> callable:
-    """An argparse type: a finite number above ``lo`` (or at it, ``lo_open=False``)."""
-
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r}: must be a number") from None
-        if not math.isfinite(v):
-            raise argparse.ArgumentTypeError(f"{text}: must be a finite number")
-        if (v <= lo if lo_open else v < lo) or (hi is not None and v > hi):
-            lo_txt = f"> {lo:g}" if lo_open else f">= {lo:g}"
-            raise argparse.ArgumentTypeError(
-                f"{text}: must be {lo_txt}" + (f" and <= {hi:g}" if hi is not None else ""))
-        return v
-
-    parse.__name__ = "number"
-    return parse
-
-
-def _range_text(lo, hi) -> str:
-    if lo is not None and hi is not None:
-        return f"an integer in [{lo:_}, {hi:_}]"
-    return f"an integer >= {lo}" if lo is not None else f"an integer <= {hi}"
-
-
-#: the most tasks a run may sample (a bound on memory and time, not on what is sensible)
-MAX_TASKS = 10_000_000
-
-
-def check_out_dir(path: str, flag: str = "--out") -> None:
-    """Fail before any work when ``path`` cannot become an output folder: it is a file, a
-    parent of it is a file, or the folder it would be made in is not writable.  Creates
-    nothing (a probe file is made and removed)."""
-    p = Path(path)
-    if p.exists() and not p.is_dir():
-        raise CliError(f"{flag} {path}: exists and is not a directory")
-    anc = p
-    while not anc.exists():
-        if anc.parent == anc:
-            break
-        anc = anc.parent
-    if anc.exists() and not anc.is_dir():
-        raise CliError(f"{flag} {path}: {anc} is not a directory")
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".topas-probe.", dir=anc)
-    except OSError as e:
-        raise CliError(f"{flag} {path}: cannot write in {anc} ({e.strerror or e})") from None
-    os.close(fd)
-    os.unlink(probe)
 
 
 def _load_profile(name: str):
@@ -318,99 +229,6 @@ def cmd_compare(args) -> int:
         style = "bold green" if r["mean_jct_s"] == best else None
         t.add_row(r["policy"], *[_fmt(r[k]) for k, _ in COMPARE_COLS], style=style)
     out.print(t)
-    return 0
-
-
-def cmd_list_params(name: str) -> int:
-    from topas.policies import policy_info
-
-    info = policy_info(name)
-    t = Table(title=f"parameters of {name} (--param NAME=VALUE)")
-    for col, kw in (("name", {"no_wrap": True}), ("type", {}), ("range", {}),
-                    ("default", {"justify": "right"}), ("what it does", {})):
-        t.add_column(col, **kw)
-    for p in info.params:
-        t.add_row(p.name, p.type_text(), p.range_text(), p.default_text(), p.doc)
-    if not info.params:
-        out.print(f"{name} takes no parameters")
-        return 0
-    out.print(t)
-    return 0
-
-
-def cmd_list(args) -> int:
-    from topas.policies import list_policies
-    from topas.workloads import get_workload, list_workloads
-
-    if args.params:
-        return cmd_list_params(args.params)
-
-    t = Table(title="policies")
-    t.add_column("name")
-    t.add_column("what it does")
-    t.add_column("source")
-    for p in list_policies():
-        t.add_row(p.name, p.summary, p.source)
-    out.print(t)
-    t = Table(title="workloads")
-    t.add_column("name")
-    t.add_column("description")
-    t.add_column("default rate (task/s)", justify="right")
-    for w in list_workloads():
-        wl = get_workload(w)
-        t.add_row(w, wl.description, f"{wl.default_rate:g}")
-    out.print(t)
-    t = Table(title="routers (--replicas N --router NAME)")
-    t.add_column("name")
-    t.add_column("what it does")
-    for name, text in ROUTER_SUMMARIES.items():
-        t.add_row(name + (" (default)" if name == DEFAULT_ROUTER else ""), text)
-    out.print(t)
-    t = Table(title="engine profiles")
-    t.add_column("name")
-    t.add_column("KV budget (tokens)", justify="right")
-    t.add_column("mu (bytes/token)", justify="right")
-    for name in list_profiles():
-        p = get_profile(name)
-        t.add_row(name, f"{p.kv_budget_tokens:,}", f"{p.model.kv_bytes_per_token:,}")
-    out.print(t)
-    return 0
-
-
-def cmd_workloads_show(args) -> int:
-    try:
-        from topas.workloads.describe import describe_workload
-    except ImportError:
-        raise CliError("workloads show: not available in this build") from None
-    d = describe_workload(args.name, args.profile, args.rate)
-    if args.json:
-        print(json.dumps(d, indent=2, default=str))
-        return 0
-    t = Table(title=f"workload {args.name}", show_header=False)
-    t.add_column("field")
-    t.add_column("value", justify="right")
-    for k, v in d.items():
-        if isinstance(v, (list, dict)):
-            continue
-        t.add_row(str(k), f"{v:.4g}" if isinstance(v, float) else str(v))
-    out.print(t)
-    if d.get("agents"):
-        t = Table(title="agents")
-        t.add_column("agent")
-        t.add_column("prefix tokens", justify="right")
-        for a in d["agents"]:
-            t.add_row(a["name"], f"{a['prefix_tokens']:,}")
-        out.print(t)
-    if d.get("stages"):
-        t = Table(title="stages (per task)")
-        t.add_column("stage kind")
-        t.add_column("agents")
-        t.add_column("mean count", justify="right")
-        t.add_column("mean calls / stage", justify="right")
-        for st in d["stages"]:
-            t.add_row(st["kind"], ", ".join(st["agents"]), f"{st['mean_per_task']:.3g}",
-                      f"{st['mean_calls_per_stage']:.3g}")
-        out.print(t)
     return 0
 
 

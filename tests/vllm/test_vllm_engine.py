@@ -327,11 +327,11 @@ def test_real_vs_sim_self_calibrated(engine, llm, tiny_model, monkeypatch):
     """The fidelity runner end to end on the shared engine: every policy runs for real and in
     the simulator; with ``self_calibrate`` the profile comes from the first policy's trace
     (and the scheduler is left unwrapped afterwards)."""
-    from topas.integrations.vllm import calibrate, driver
+    from topas.integrations.vllm import driver, fidelity
 
     _, sched = engine
     monkeypatch.setattr(driver, "make_llm", lambda *a, **k: llm)  # the shared engine
-    out = calibrate.real_vs_sim(tiny_model, "toy-chain", ["fcfs", "topas"], [3], n_tasks=2,
+    out = fidelity.real_vs_sim(tiny_model, "toy-chain", ["fcfs", "topas"], [3], n_tasks=2,
                                 rate=50.0, token_scale=0.04, time_scale=0.05,
                                 kv_cache_bytes=8 << 20, progress=lambda m: None,
                                 self_calibrate=True)

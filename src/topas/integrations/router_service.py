@@ -54,8 +54,6 @@ import argparse
 import http.client
 import json
 import logging
-import math
-import socket
 import sys
 import threading
 import time
@@ -63,13 +61,12 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections import OrderedDict
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 from topas.engine.cost import DEFAULT_PROFILE, get_profile
-from topas.engine.snapshot import Location, PrefixState
 from topas.integrations.vllm.tags import TagError, parse_tag
 from topas.routing import DEFAULT_ROUTER, ROUTERS, make_router, parse_router_params
-from topas.routing.base import ClusterView, ReplicaView, Router, RouteRequest
+from topas.routing.base import ClusterView, Router, RouteRequest
 
 __all__ = ["Backend", "RouterService", "add_arguments", "estimate_prompt_tokens", "main",
            "parse_backend_url", "parse_router_params"]
@@ -77,146 +74,15 @@ __all__ = ["Backend", "RouterService", "add_arguments", "estimate_prompt_tokens"
 log = logging.getLogger("topas.router")
 
 #: POST paths routed to a backend
-ROUTED_PATHS = ("/v1/completions", "/v1/chat/completions")
-#: largest request body accepted (bytes)
-MAX_BODY_BYTES = 64 << 20
-#: hop-by-hop headers (RFC 9110 7.6.1) and the ones the relay sets itself
-_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
-                  "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "host",
-                  "content-length", "server", "date"})
-
-
-def _one_line(s: object, limit: int = 300) -> str:
-    t = " ".join(str(s).split())
-    return t if len(t) <= limit else t[:limit - 3] + "..."
-
-
-def parse_backend_url(url: str) -> tuple[str, str, int, str]:
-    """``http[s]://host[:port][/path]`` -> (scheme, host, port, path prefix without trailing
-    slash); a one-line ValueError otherwise."""
-    if not isinstance(url, str) or not url.strip():
-        raise ValueError(f"backend {url!r}: empty URL")
-    try:
-        u = urllib.parse.urlsplit(url.strip())
-        port = u.port
-    except ValueError as e:
-        raise ValueError(f"backend {url!r}: {_one_line(e)}") from None
-    if u.scheme not in ("http", "https"):
-        raise ValueError(f"backend {url!r}: scheme must be http or https "
-                         "(e.g. http://127.0.0.1:8001)")
-    if not u.hostname:
-        raise ValueError(f"backend {url!r}: no host")
-    if u.query or u.fragment or u.username or u.password:
-        raise ValueError(f"backend {url!r}: no query, fragment or credentials allowed")
-    path = u.path.rstrip("/")
-    if path.endswith("/v1"):
-        raise ValueError(f"backend {url!r}: give the server's base URL, without /v1")
-    return u.scheme, u.hostname, port or (443 if u.scheme == "https" else 80), path
-
-
-def _chars(x: object) -> int:
-    if isinstance(x, str):
-        return len(x)
-    if isinstance(x, list):
-        return sum(_chars(p) for p in x)
-    if isinstance(x, dict):  # a chat content part: {"type": "text", "text": ...}
-        return _chars(x.get("text")) if isinstance(x.get("text"), str) else 0
-    return 0
-
-
-def estimate_prompt_tokens(body: dict) -> int:
-    """Prompt tokens of a completions / chat body: exact for token-id prompts, else
-    ``ceil(characters / 4)`` (see the module docstring)."""
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and prompt:
-        if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            return len(prompt)
-        if all(isinstance(p, list) for p in prompt):
-            return sum(len(p) for p in prompt)
-    if prompt is not None:
-        return math.ceil(_chars(prompt) / 4)
-    msgs = body.get("messages")
-    if isinstance(msgs, list):
-        n = sum(_chars(m.get("content")) for m in msgs if isinstance(m, dict))
-        return math.ceil(n / 4)
-    return 0
-
-
-class BadRequest(ValueError):
-    """A client mistake: 400 (or ``status``) with a one-line message naming the field."""
-
-    def __init__(self, message: str, param: str = "", status: int = 400) -> None:
-        super().__init__(message)
-        self.param = param or message.split(":", 1)[0]
-        self.status = status
-
-
-class Backend:
-    """One backend server and the service's bookkeeping about it (guarded by the service's
-    lock)."""
-
-    def __init__(self, index: int, url: str, kv_budget_tokens: int) -> None:
-        self.index = index
-        self.url = url.strip().rstrip("/")
-        self.scheme, self.host, self.port, self.path = parse_backend_url(url)
-        self.kv_budget_tokens = kv_budget_tokens
-        self.in_flight = 0
-        self.in_flight_tokens = 0
-        self.routed = 0
-        self.errors = 0
-        self.down_until = 0.0
-        #: ("p", agent) / ("c", task_id, stage) -> tokens, least recently sent first
-        self.lru: OrderedDict[tuple, int] = OrderedDict()
-        self.lru_tokens = 0
-        self.prefixes: dict[str, PrefixState] = {}
-        self.contexts: dict[tuple[int, str], int] = {}
-
-    def connection(self, timeout: float) -> http.client.HTTPConnection:
-        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
-        return cls(self.host, self.port, timeout=timeout)
-
-    def touch(self, key: tuple, tokens: int, now: float) -> None:
-        """Record that ``key`` (a prefix or a context) was sent here; evict the least recently
-        sent entries beyond the KV budget (never the one just sent)."""
-        old = self.lru.pop(key, None)
-        if old is not None:
-            self.lru_tokens -= old
-        self.lru[key] = tokens
-        self.lru_tokens += tokens
-        if key[0] == "p":
-            p = self.prefixes.get(key[1])
-            if p is None:
-                p = self.prefixes[key[1]] = PrefixState(key[1], tokens)
-            p.tokens, p.location, p.ready, p.last_used_s = tokens, Location.DEVICE, True, now
-        else:
-            self.contexts[(key[1], key[2])] = tokens
-        while self.lru_tokens > self.kv_budget_tokens and len(self.lru) > 1:
-            k, t = self.lru.popitem(last=False)
-            self.lru_tokens -= t
-            if k[0] == "p":
-                self.prefixes.pop(k[1], None)
-            else:
-                self.contexts.pop((k[1], k[2]), None)
-
-    def view(self, cost) -> ReplicaView:
-        return ReplicaView(self.index, self.in_flight, 0, self.in_flight_tokens,
-                           self.lru_tokens + self.in_flight_tokens, self.kv_budget_tokens,
-                           self.prefixes, lambda key: self.contexts.get(key, 0), cost)
-
-    def stats(self, now: float) -> dict:
-        return {"index": self.index, "url": self.url, "routed": self.routed,
-                "in_flight": self.in_flight, "errors": self.errors,
-                "down": now < self.down_until, "cached_agents": sorted(self.prefixes),
-                "cached_tokens": self.lru_tokens}
-
-
-class _Placed:
-    """What :meth:`RouterService.place` decided for one request."""
-
-    __slots__ = ("backend", "tokens", "agent")
-
-    def __init__(self, backend: Backend, tokens: int, agent: str = "") -> None:
-        self.backend, self.tokens, self.agent = backend, tokens, agent
+from topas.integrations.router_backend import (
+    Backend,
+    BadRequest,
+    _one_line,
+    _Placed,
+    estimate_prompt_tokens,
+    parse_backend_url,
+)
+from topas.integrations.router_http import _Handler
 
 
 class RouterService:
@@ -420,178 +286,6 @@ class RouterService:
                 return r.status == 200
         except (OSError, urllib.error.URLError, http.client.HTTPException):
             return False
-
-
-class _Handler(BaseHTTPRequestHandler):
-    svc: RouterService
-    protocol_version = "HTTP/1.1"
-    server_version = "topas-router"
-    disable_nagle_algorithm = True  # headers and body go out in separate writes
-
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - the stdlib's name
-        log.debug("%s %s", self.address_string(), format % args)
-
-    # ------------------------------------------------------------------ replies
-    def _json(self, status: int, obj: dict, headers: dict | None = None) -> None:
-        data = (json.dumps(obj) + "\n").encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _error(self, status: int, message: str, param: str | None = None,
-               kind: str = "bad_request") -> None:
-        self._json(status, {"error": {"message": _one_line(message), "type": kind,
-                                      "param": param, "code": status}})
-
-    # ------------------------------------------------------------------ GET
-    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-        path = urllib.parse.urlsplit(self.path).path.rstrip("/") or "/"
-        svc = self.svc
-        if path == "/health":
-            ok = [b.index for b in svc.backends if svc.backend_healthy(b)]
-            self._json(200 if ok else 503, {"healthy": bool(ok), "healthy_backends": ok,
-                                            "backends": len(svc.backends)})
-        elif path == "/router/stats":
-            self._json(200, svc.stats())
-        elif path == "/v1/models":
-            now = svc.now()
-            b = next((b for b in svc.backends if now >= b.down_until), svc.backends[0])
-            self._relay(b, "GET", None, None)
-        else:
-            self._error(404, f"path {path}: not found (POST /v1/completions, "
-                        "/v1/chat/completions; GET /health, /v1/models, /router/stats)",
-                        "path", "not_found")
-
-    # ------------------------------------------------------------------ POST
-    def do_POST(self) -> None:  # noqa: N802
-        path = urllib.parse.urlsplit(self.path).path.rstrip("/")
-        svc = self.svc
-        try:
-            body = self._read_body()
-            if path not in ROUTED_PATHS:
-                raise BadRequest(f"path {path}: not routed (POST /v1/completions or "
-                                 "/v1/chat/completions)", "path", 404)
-            try:
-                obj = json.loads(body)
-            except (ValueError, UnicodeDecodeError) as e:
-                raise BadRequest(f"body: not valid JSON ({_one_line(e, 120)})") from None
-            if not isinstance(obj, dict):
-                raise BadRequest(f"body: must be a JSON object, got {type(obj).__name__}")
-            placed = svc.place(obj)
-        except BadRequest as e:
-            with svc.lock:
-                svc.bad_requests += 1
-            self.close_connection = True
-            self._error(e.status, str(e), e.param,
-                        "not_found" if e.status == 404 else "bad_request")
-            return
-        except Exception as e:  # a router bug: say so, keep serving
-            log.exception("routing failed")
-            self._error(500, f"router: {type(e).__name__}: {e}", "router", "router_error")
-            return
-        settled = []
-
-        def done(ok: bool) -> None:  # once: when the backend's answer is in, or on failure
-            if not settled:
-                settled.append(ok)
-                svc.finish(placed, error=not ok)
-
-        ok = False
-        try:
-            ok = self._relay(placed.backend, "POST", path, body, placed.agent, done)
-        finally:
-            done(ok)
-
-    def _read_body(self) -> bytes:
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            raise BadRequest("Transfer-Encoding: chunked request bodies are not supported; "
-                             "send Content-Length", "Transfer-Encoding", 411)
-        raw = self.headers.get("Content-Length")
-        try:
-            n = int(raw)
-            if n < 0:
-                raise ValueError
-        except (TypeError, ValueError):
-            raise BadRequest(f"Content-Length: required non-negative integer, got {raw!r}",
-                             "Content-Length", 411 if raw is None else 400) from None
-        if n > MAX_BODY_BYTES:
-            raise BadRequest(f"Content-Length: {n} bytes, more than {MAX_BODY_BYTES}",
-                             "Content-Length", 413)
-        data = self.rfile.read(n)
-        if len(data) != n:
-            raise BadRequest(f"body: {len(data)} bytes, Content-Length said {n}", "body")
-        return data
-
-    # ------------------------------------------------------------------ relay
-    def _relay(self, b: Backend, method: str, path: str | None, body: bytes | None,
-               agent: str | None = None, done=None) -> bool:
-        """Forward to ``b`` and relay its answer; True when a response was relayed whole."""
-        svc = self.svc
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
-        if body is not None:
-            headers["Content-Length"] = str(len(body))
-        conn = b.connection(svc.timeout_s)
-        target = b.path + (path if path is not None else self.path)
-        try:
-            conn.request(method, target, body=body, headers=headers)
-            resp = conn.getresponse()
-        except (OSError, http.client.HTTPException) as e:
-            conn.close()
-            svc.mark_down(b)
-            if body is None:  # a GET (models): count it as the backend's error here
-                with svc.lock:
-                    b.errors += 1
-            why = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
-            if isinstance(e, socket.timeout):
-                why = f"no answer in {svc.timeout_s:g} s"
-            self._error(502, f"backend {b.index} ({b.url}): unreachable ({why})", "backend",
-                        "bad_gateway")
-            return False
-        try:
-            self.send_response(resp.status, resp.reason)
-            length = resp.getheader("Content-Length")
-            for k, v in resp.getheaders():
-                if k.lower() not in _HOP:
-                    self.send_header(k, v)
-            self.send_header("X-Topas-Backend", str(b.index))
-            if resp.status in (204, 304) or 100 <= resp.status < 200:  # no body allowed
-                self.end_headers()
-            elif length is not None and not resp.chunked:
-                self.send_header("Content-Length", length)
-                self.end_headers()
-                if length.isdigit() and int(length) <= 1 << 22:
-                    # a whole answer (an LLM completion is small): read it, settle the
-                    # bookkeeping, then relay it, so a client's next request already sees
-                    # this one finished
-                    data = resp.read()
-                    if agent is not None and 200 <= resp.status < 300:
-                        svc.learn_output(agent, data)
-                    if done is not None:
-                        done(200 <= resp.status < 400)
-                    self.wfile.write(data)
-                else:
-                    while chunk := resp.read(65536):
-                        self.wfile.write(chunk)
-            else:  # streamed (SSE) or of unknown length: relay each piece as it comes
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
-                while chunk := resp.read1(65536):
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                    self.wfile.flush()
-                self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
-            return 200 <= resp.status < 400
-        except (OSError, http.client.HTTPException) as e:
-            # the client went away or the backend broke off mid-answer: nothing more to say
-            log.info("relay from backend %d broke off: %s", b.index, _one_line(e))
-            self.close_connection = True
-            return False
-        finally:
-            conn.close()
 
 
 # ---------------------------------------------------------------------- CLI

@@ -105,7 +105,7 @@ def cmd_reproduce(args) -> int:
     if args.workloads:
         kw["workloads"] = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
     cfg = Config(quick=args.quick, seeds=seeds, tasks=args.tasks, **kw)
-    from topas.cli import check_out_dir
+    from topas.cli_args import check_out_dir
 
     check_out_dir(str(out))  # before any run: a report that cannot be written wastes them
     check_executor(args)
@@ -168,7 +168,7 @@ def add_arguments(subparsers) -> None:
                    help="one seed, few tasks and rates: a smoke test (<= 5 min on 2 cores)")
     p.add_argument("--out", default=None,
                    help="report folder (default: docs, or build/reproduce-quick with --quick)")
-    from topas.cli import int_arg
+    from topas.cli_args import int_arg
 
     p.add_argument("--jobs", type=int_arg(1, 1024), default=None,
                    help="worker processes (default: os.cpu_count())")

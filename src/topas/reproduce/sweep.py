@@ -160,7 +160,7 @@ def _seed_text(seeds) -> str:
 # -- the command -------------------------------------------------------------------------------
 
 def cmd_sweep(args) -> int:
-    from topas.cli import check_out_dir
+    from topas.cli_args import check_out_dir
     from topas.reproduce import runner
     from topas.reproduce.cli import check_executor, report_failures, report_interrupted
 
@@ -189,7 +189,7 @@ def add_arguments(subparsers) -> None:
     """Register ``topas sweep``."""
     import argparse
 
-    from topas.cli import int_arg
+    from topas.cli_args import int_arg
     from topas.reproduce.cli import add_executor_arguments
 
     p = subparsers.add_parser(
