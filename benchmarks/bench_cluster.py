@@ -37,18 +37,38 @@ def child(a) -> None:
     def progress(k: int) -> None:
         done[0] += k
         if done[0] % step == 0:
-            print(f"  {done[0]:,} requests, {time.perf_counter() - t0:,.0f} s",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  {done[0]:,} requests, {time.perf_counter() - t0:,.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
 
-    c = simulate_cluster(a.workload, a.policy, replicas=a.replicas, router=a.router, rate=rate,
-                         n_tasks=n_tasks, seed=a.seed, progress=progress)
+    c = simulate_cluster(
+        a.workload,
+        a.policy,
+        replicas=a.replicas,
+        router=a.router,
+        rate=rate,
+        n_tasks=n_tasks,
+        seed=a.seed,
+        progress=progress,
+    )
     wall = time.perf_counter() - t0
     n_req = sum(len(r.requests) for r in c.replicas)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    print(json.dumps({"requests": n_req, "tasks": n_tasks, "wall_s": wall,
-                      "req_per_s": n_req / wall, "peak_rss_mib": rss / 1024,
-                      "bytes_per_request": (rss - rss0) * 1024 / n_req,
-                      "routed": c.routed}))
+    print(
+        json.dumps(
+            {
+                "requests": n_req,
+                "tasks": n_tasks,
+                "wall_s": wall,
+                "req_per_s": n_req / wall,
+                "peak_rss_mib": rss / 1024,
+                "bytes_per_request": (rss - rss0) * 1024 / n_req,
+                "routed": c.routed,
+            }
+        )
+    )
 
 
 def main(argv=None) -> int:
@@ -65,19 +85,41 @@ def main(argv=None) -> int:
     if a.child:
         child(a)
         return 0
-    print(f"{a.workload}, {a.replicas} replicas, {a.policy} + {a.router}, "
-          f"{a.mult} x default rate x {a.replicas}, seed {a.seed}")
-    print(f"{'requests':>10} {'tasks':>7} {'wall s':>8} {'req/s':>8} {'peak RSS MiB':>13} "
-          f"{'bytes/req':>10}")
+    print(
+        f"{a.workload}, {a.replicas} replicas, {a.policy} + {a.router}, "
+        f"{a.mult} x default rate x {a.replicas}, seed {a.seed}"
+    )
+    print(
+        f"{'requests':>10} {'tasks':>7} {'wall s':>8} {'req/s':>8} {'peak RSS MiB':>13} "
+        f"{'bytes/req':>10}"
+    )
     for n in (int(x) for x in a.requests.split(",")):
-        cmd = [sys.executable, __file__, "--child", str(n), "--workload", a.workload,
-               "--replicas", str(a.replicas), "--policy", a.policy, "--router", a.router,
-               "--mult", str(a.mult), "--seed", str(a.seed)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--child",
+            str(n),
+            "--workload",
+            a.workload,
+            "--replicas",
+            str(a.replicas),
+            "--policy",
+            a.policy,
+            "--router",
+            a.router,
+            "--mult",
+            str(a.mult),
+            "--seed",
+            str(a.seed),
+        ]
         out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
         r = json.loads(out.strip().splitlines()[-1])
-        print(f"{r['requests']:>10,} {r['tasks']:>7,} {r['wall_s']:>8,.1f} "
-              f"{r['req_per_s']:>8,.0f} {r['peak_rss_mib']:>13,.0f} "
-              f"{r['bytes_per_request']:>10,.0f}", flush=True)
+        print(
+            f"{r['requests']:>10,} {r['tasks']:>7,} {r['wall_s']:>8,.1f} "
+            f"{r['req_per_s']:>8,.0f} {r['peak_rss_mib']:>13,.0f} "
+            f"{r['bytes_per_request']:>10,.0f}",
+            flush=True,
+        )
     return 0
 
 

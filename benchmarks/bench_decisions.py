@@ -53,15 +53,22 @@ def main() -> None:
         rate = args.rate * mult
         w, tasks = sample_tasks(wl, args.tasks, rate, args.seed)
         pol = _CpuTimed(make_policy(args.policy, seed=args.seed))
-        res = Simulator(tasks, {a.name: a for a in w.agents},
-                        get_profile("a100-80g/qwen2.5-32b"), pol, seed=args.seed).run()
+        res = Simulator(
+            tasks,
+            {a.name: a for a in w.agents},
+            get_profile("a100-80g/qwen2.5-32b"),
+            pol,
+            seed=args.seed,
+        ).run()
         ms = np.asarray(res.decision_s) * 1e3
         cpu = np.asarray(pol.cpu_s) * 1e3
-        print(f"{args.policy} {wl} rate={rate:.4g} ({mult}x): decisions={ms.size} "
-              f"cpu mean_ms={cpu.mean():.3f} p99_ms={np.percentile(cpu, 99):.3f} "
-              f"decisions_per_s={1e3 / cpu.mean():.0f} | wall mean_ms={ms.mean():.3f} "
-              f"p99_ms={np.percentile(ms, 99):.3f} share_of_sim_wall="
-              f"{ms.sum() / 1e3 / res.wall_s:.2f}")
+        print(
+            f"{args.policy} {wl} rate={rate:.4g} ({mult}x): decisions={ms.size} "
+            f"cpu mean_ms={cpu.mean():.3f} p99_ms={np.percentile(cpu, 99):.3f} "
+            f"decisions_per_s={1e3 / cpu.mean():.0f} | wall mean_ms={ms.mean():.3f} "
+            f"p99_ms={np.percentile(ms, 99):.3f} share_of_sim_wall="
+            f"{ms.sum() / 1e3 / res.wall_s:.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -40,13 +40,20 @@ def one(workload: str, policy: str, requests: int, rate: float | None, seed: int
     cpu_s = time.process_time() - cpu0 - sample_s  # simulate() samples the workload again
     s = summarize(res)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"workload": workload, "policy": policy, "rate": rate or wl.default_rate,
-            "tasks": n_tasks, "requests": s["requests"], "sample_s": round(sample_s, 2),
-            "sim_wall_s": round(s["sim_wall_s"], 2),
-            "requests_per_s": round(s["requests"] / s["sim_wall_s"]),
-            "requests_per_cpu_s": round(s["requests"] / max(cpu_s, 1e-9)),
-            "peak_rss_mb": round(rss_mb), "mean_jct_s": round(s["mean_jct_s"], 1),
-            "decisions": s["decisions"]}
+    return {
+        "workload": workload,
+        "policy": policy,
+        "rate": rate or wl.default_rate,
+        "tasks": n_tasks,
+        "requests": s["requests"],
+        "sample_s": round(sample_s, 2),
+        "sim_wall_s": round(s["sim_wall_s"], 2),
+        "requests_per_s": round(s["requests"] / s["sim_wall_s"]),
+        "requests_per_cpu_s": round(s["requests"] / max(cpu_s, 1e-9)),
+        "peak_rss_mb": round(rss_mb),
+        "mean_jct_s": round(s["mean_jct_s"], 1),
+        "decisions": s["decisions"],
+    }
 
 
 def main() -> None:
@@ -56,8 +63,11 @@ def main() -> None:
     ap.add_argument("--sizes", default="10000,100000", help="requests per run, comma-separated")
     ap.add_argument("--rate", type=float, default=None)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--loads", default=None,
-                    help="multiples of the default rate, comma-separated (a load table)")
+    ap.add_argument(
+        "--loads",
+        default=None,
+        help="multiples of the default rate, comma-separated (a load table)",
+    )
     ap.add_argument("--policies", default=None, help="with --loads: policies, comma-separated")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -67,17 +77,32 @@ def main() -> None:
     if a.loads:
         load_table(a)
         return
-    print(f"{'requests':>9} {'tasks':>6} {'sim s':>7} {'req/s':>8} {'peak MB':>8} "
-          f"{'sample s':>8} {'mean JCT s':>10}")
+    print(
+        f"{'requests':>9} {'tasks':>6} {'sim s':>7} {'req/s':>8} {'peak MB':>8} "
+        f"{'sample s':>8} {'mean JCT s':>10}"
+    )
     for size in a.sizes.split(","):
         r = _child(a.workload, a.policy, size, a.rate, a.seed)
-        print(f"{r['requests']:>9} {r['tasks']:>6} {r['sim_wall_s']:>7} {r['requests_per_s']:>8} "
-              f"{r['peak_rss_mb']:>8} {r['sample_s']:>8} {r['mean_jct_s']:>10}")
+        print(
+            f"{r['requests']:>9} {r['tasks']:>6} {r['sim_wall_s']:>7} {r['requests_per_s']:>8} "
+            f"{r['peak_rss_mb']:>8} {r['sample_s']:>8} {r['mean_jct_s']:>10}"
+        )
 
 
 def _child(workload: str, policy: str, size: str, rate: float | None, seed: int) -> dict:
-    cmd = [sys.executable, __file__, "--child", "--workload", workload, "--policy", policy,
-           "--sizes", size, "--seed", str(seed)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--workload",
+        workload,
+        "--policy",
+        policy,
+        "--sizes",
+        size,
+        "--seed",
+        str(seed),
+    ]
     if rate is not None:
         cmd += ["--rate", repr(rate)]
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
@@ -91,8 +116,10 @@ def load_table(a) -> None:
     policies = (a.policies or a.policy).split(",")
     size = a.sizes.split(",")[0]
     print(f"{a.workload}, ~{size} requests, seed {a.seed}, load x default rate {base:g} task/s")
-    print("requests per wall-second of the simulation (per CPU-second in brackets: "
-          "steadier on a shared machine)")
+    print(
+        "requests per wall-second of the simulation (per CPU-second in brackets: "
+        "steadier on a shared machine)"
+    )
     print(f"{'policy':>12} " + " ".join(f"{f'{x:g}x':>16}" for x in loads))
     for pol in policies:
         runs = [_child(a.workload, pol, size, base * x, a.seed) for x in loads]

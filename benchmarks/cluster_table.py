@@ -39,11 +39,22 @@ def one(key: tuple) -> tuple[tuple, dict]:
     from topas.metrics import summarize
 
     wl, n, policy, router, seed, mult, per = key
-    c = simulate_cluster(wl, policy, replicas=n, router=router, rate=rate_of(wl, mult * n),
-                         n_tasks=per * n, seed=seed)
+    c = simulate_cluster(
+        wl,
+        policy,
+        replicas=n,
+        router=router,
+        rate=rate_of(wl, mult * n),
+        n_tasks=per * n,
+        seed=seed,
+    )
     s = summarize(c.as_sim_result())
-    return key, {"mean_jct_s": s["mean_jct_s"], "p99_jct_s": s["p99_jct_s"],
-                 "moved": c.moved_contexts, "wall_s": c.wall_s}
+    return key, {
+        "mean_jct_s": s["mean_jct_s"],
+        "p99_jct_s": s["p99_jct_s"],
+        "moved": c.moved_contexts,
+        "wall_s": c.wall_s,
+    }
 
 
 def _save(path: Path, cache: dict) -> None:
@@ -65,9 +76,13 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--cache", default=".cluster-cache.json")
     ap.add_argument("--plot", default=None, help="also write the figure here (PNG)")
-    ap.add_argument("--format", choices=["wide", "long"], default="wide",
-                    help="wide: one row per (N, policy), a column per router (docs/cluster.md);"
-                    " long: one row per router, with mean and p99 JCT in seconds")
+    ap.add_argument(
+        "--format",
+        choices=["wide", "long"],
+        default="wide",
+        help="wide: one row per (N, policy), a column per router (docs/cluster.md);"
+        " long: one row per router, with mean and p99 JCT in seconds",
+    )
     a = ap.parse_args(argv)
     wls = a.workloads.split(",")
     ns = [int(x) for x in a.replicas.split(",")]
@@ -78,8 +93,14 @@ def main(argv=None) -> int:
     seeds = seeds_arg(a.seeds)
     path = Path(a.cache)
     cache = json.loads(path.read_text()) if path.exists() else {}
-    keys = [(w, n, p, r, s, a.mult, a.tasks_per_replica)
-            for w in wls for n in ns for p in pols for r in routers for s in seeds]
+    keys = [
+        (w, n, p, r, s, a.mult, a.tasks_per_replica)
+        for w in wls
+        for n in ns
+        for p in pols
+        for r in routers
+        for s in seeds
+    ]
     todo = [k for k in keys if json.dumps(k) not in cache]
     print(f"{len(keys)} runs, {len(keys) - len(todo)} cached", file=sys.stderr)
     with ProcessPoolExecutor(a.jobs) as ex:
@@ -92,28 +113,32 @@ def main(argv=None) -> int:
                 print(f"  {i}/{len(futs)} done", file=sys.stderr)
 
     def vals(w, n, p, r, metric):
-        return [cache[json.dumps((w, n, p, r, s, a.mult, a.tasks_per_replica))][metric]
-                for s in seeds]
+        return [
+            cache[json.dumps((w, n, p, r, s, a.mult, a.tasks_per_replica))][metric] for s in seeds
+        ]
 
     best_count: dict[str, int] = {r: 0 for r in routers}
     panels: dict = {}
-    print(f"seeds {a.seeds}, rate {a.mult} x default x N, {a.tasks_per_replica} x N tasks; "
-          "paired difference vs round-robin, mean [95 % interval]\n")
+    print(
+        f"seeds {a.seeds}, rate {a.mult} x default x N, {a.tasks_per_replica} x N tasks; "
+        "paired difference vs round-robin, mean [95 % interval]\n"
+    )
     wide = a.format == "wide"
     others = [r for r in routers if r != "round-robin"]
     for w in wls:
         print(f"### {w}\n")
         if wide:
-            print("| N | policy | round-robin mean / p99 JCT s | "
-                  + " | ".join(others) + " |")
+            print("| N | policy | round-robin mean / p99 JCT s | " + " | ".join(others) + " |")
             print("|---|---|---:|" + "---:|" * len(others))
         else:
             print("| N | policy | router | mean JCT s | vs round-robin | p99 JCT s | p99 vs rr |")
             print("|---|---|---|---:|---:|---:|---:|")
         for n in ns:
             for p in pols:
-                rr, rr99 = vals(w, n, p, "round-robin", "mean_jct_s"), \
-                    vals(w, n, p, "round-robin", "p99_jct_s")
+                rr, rr99 = (
+                    vals(w, n, p, "round-robin", "mean_jct_s"),
+                    vals(w, n, p, "round-robin", "p99_jct_s"),
+                )
                 means = {r: float(np.mean(vals(w, n, p, r, "mean_jct_s"))) for r in routers}
                 best = min(means, key=means.get)
                 best_count[best] += 1
@@ -123,26 +148,35 @@ def main(argv=None) -> int:
                     pr = None if r == "round-robin" else paired(m, rr)
                     if pr is not None:
                         panels.setdefault(f"{w}, {p}", {}).setdefault(r, []).append(
-                            (n, pr.mean_pct, pr.lo_pct, pr.hi_pct))
+                            (n, pr.mean_pct, pr.lo_pct, pr.hi_pct)
+                        )
                     d = "-" if pr is None else pr.fmt()
                     d99 = "-" if r == "round-robin" else paired(m99, rr99).fmt()
                     mark = " **best**" if r == best else ""
                     if wide:
-                        cells.append(f"{np.mean(m):,.0f} / {np.mean(m99):,.0f}" if pr is None
-                                     else (f"**{d}**" if r == best else d) + f"<br>p99 {d99}")
+                        cells.append(
+                            f"{np.mean(m):,.0f} / {np.mean(m99):,.0f}"
+                            if pr is None
+                            else (f"**{d}**" if r == best else d) + f"<br>p99 {d99}"
+                        )
                     else:
-                        print(f"| {n} | {p} | {r}{mark} | {np.mean(m):,.1f} | {d} | "
-                              f"{np.mean(m99):,.1f} | {d99} |")
+                        print(
+                            f"| {n} | {p} | {r}{mark} | {np.mean(m):,.1f} | {d} | "
+                            f"{np.mean(m99):,.1f} | {d99} |"
+                        )
                 if wide:
                     print(f"| {n} | {p} | " + " | ".join(cells) + " |")
         print()
-    print("best router (lowest mean JCT) per (workload, N, policy): "
-          + ", ".join(f"{r} {c}" for r, c in sorted(best_count.items(), key=lambda x: -x[1])))
+    print(
+        "best router (lowest mean JCT) per (workload, N, policy): "
+        + ", ".join(f"{r} {c}" for r, c in sorted(best_count.items(), key=lambda x: -x[1]))
+    )
     if a.plot:
         from topas.metrics.plots import router_comparison
 
-        router_comparison(Path(a.plot), f"routers vs round-robin, paired over seeds {a.seeds}",
-                          panels)
+        router_comparison(
+            Path(a.plot), f"routers vs round-robin, paired over seeds {a.seeds}", panels
+        )
         print(f"figure: {a.plot}", file=sys.stderr)
     return 0
 

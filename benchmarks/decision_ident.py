@@ -26,8 +26,14 @@ LOADS = ((1.25, 40), (4.0, 60))
 
 
 def cases() -> list[tuple]:
-    return [(w, p, s, cc, m, n) for w in WORKLOADS for (m, n) in LOADS for s in SEEDS
-            for cc in (True, False) for p in POLICIES]
+    return [
+        (w, p, s, cc, m, n)
+        for w in WORKLOADS
+        for (m, n) in LOADS
+        for s in SEEDS
+        for cc in (True, False)
+        for p in POLICIES
+    ]
 
 
 def run_case(case: tuple) -> tuple[str, dict]:
@@ -38,9 +44,18 @@ def run_case(case: tuple) -> tuple[str, dict]:
     res = simulate(w, p, rate=rate_of(w, m), n_tasks=n, seed=s, context_cache=cc)
     out = {
         "tasks": [[t.task_id, repr(t.finished_s)] for t in res.tasks],
-        "requests": [[r.request_id, repr(r.admitted_s), repr(r.first_token_s),
-                      repr(r.finished_s), r.preemptions, r.cached_tokens, r.computed_tokens]
-                     for r in res.requests],
+        "requests": [
+            [
+                r.request_id,
+                repr(r.admitted_s),
+                repr(r.first_token_s),
+                repr(r.finished_s),
+                r.preemptions,
+                r.cached_tokens,
+                r.computed_tokens,
+            ]
+            for r in res.requests
+        ],
         "decisions": len(res.decision_s),
         "counters": {k: repr(v) for k, v in asdict(res.counters).items()},
         "makespan_s": repr(res.makespan_s),

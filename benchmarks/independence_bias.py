@@ -63,9 +63,38 @@ from topas.workloads import get_workload
 PAIRS = [("mapreduce", "mapreduce-hard"), ("plan-execute", "plan-execute-hard")]
 POINTS = ("arrival", "midway")
 #: two-sided 95 % Student t quantiles by degrees of freedom (1..30); 1.96 beyond
-_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-        2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+_T95 = [
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+]
 
 
 def ci95(xs: list[float]) -> tuple[float, float]:
@@ -110,16 +139,26 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def run(workload: str, seed: int, n_tasks: int, rate: float, warmup: int,
-        residuals: tuple[str, ...] = ("independent",)) -> dict:
+def run(
+    workload: str,
+    seed: int,
+    n_tasks: int,
+    rate: float,
+    warmup: int,
+    residuals: tuple[str, ...] = ("independent",),
+) -> dict:
     """One run of the ``topas`` policy; every estimator in ``residuals`` (``independent``:
     TOPAS's; ``correlated``: the copula, topas.estimators.copula) watches the same run, so
     their figures are paired by task."""
     wl = get_workload(workload)
     tasks, factors = wl.sample_with_factors(n_tasks, rate, np.random.default_rng(seed))
     # TOPAS's configuration (64 rows, the policy's seed), independent or correlated
-    mcs = {name: MonteCarloLP(EmpiricalResidual(), n_samples=64, seed=seed,
-                              correlated=name == "correlated") for name in residuals}
+    mcs = {
+        name: MonteCarloLP(
+            EmpiricalResidual(), n_samples=64, seed=seed, correlated=name == "correlated"
+        )
+        for name in residuals
+    }
     est: dict[str, dict[int, tuple]] = {p: {} for p in POINTS}
     states = {}
 
@@ -129,8 +168,11 @@ def run(workload: str, seed: int, n_tasks: int, rate: float, warmup: int,
             point = None
             if tid not in est["arrival"]:
                 point = "arrival"
-            elif (tid not in est["midway"] and 2 * ts.stages_done >= len(ts.stages)
-                  and any(s.status != StageStatus.DONE for s in ts.stages.values())):
+            elif (
+                tid not in est["midway"]
+                and 2 * ts.stages_done >= len(ts.stages)
+                and any(s.status != StageStatus.DONE for s in ts.stages.values())
+            ):
                 point = "midway"
             vals = []
             for mc in mcs.values():
@@ -138,13 +180,15 @@ def run(workload: str, seed: int, n_tasks: int, rate: float, warmup: int,
                 e = mc.entry(snap, ts)
                 if point is not None:
                     # E[LP], and the sum of the stages' mean residuals (no max: marginals)
-                    vals.append((e.expected_lp(snap.time_s),
-                                 float(e._z_at(snap.time_s).mean(axis=0).sum())))
+                    vals.append(
+                        (e.expected_lp(snap.time_s), float(e._z_at(snap.time_s).mean(axis=0).sum()))
+                    )
             if point is not None:
                 est[point][tid] = (snap.time_s, vals)
 
-    res = simulate(workload, "topas", rate=rate, n_tasks=n_tasks, seed=seed, tasks=tasks,
-                   on_decision=observe)
+    res = simulate(
+        workload, "topas", rate=rate, n_tasks=n_tasks, seed=seed, tasks=tasks, on_decision=observe
+    )
     assert len(res.tasks) == n_tasks
     out = {"factor": np.array(factors[warmup:])}
     for p in POINTS:
@@ -166,9 +210,15 @@ def isolated_shuffle_bias(workload: str, seed: int, n_tasks: int) -> float:
     tasks = wl.sample(n_tasks, wl.default_rate, np.random.default_rng(seed))
     prof = get_profile(DEFAULT_PROFILE)
     agents, cost = {a.name: a for a in wl.agents}, prof.cost_model()
-    alone = [{s.name: task_lower_bound(Task(0, 0.0, (replace(s, deps=()),)), agents, cost,
-                                        prof.prefill_chunk_tokens) for s in t.stages}
-             for t in tasks]
+    alone = [
+        {
+            s.name: task_lower_bound(
+                Task(0, 0.0, (replace(s, deps=()),)), agents, cost, prof.prefill_chunk_tokens
+            )
+            for s in t.stages
+        }
+        for t in tasks
+    ]
     by_name: dict[str, list[int]] = {}
     for i, t in enumerate(tasks):
         for s in t.stages:
@@ -197,29 +247,39 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=list(range(1, 11)))
     ap.add_argument("--tasks", type=int, default=120)
     ap.add_argument("--warmup", type=int, default=20, help="first tasks left out")
-    ap.add_argument("--iso-tasks", type=int, default=300,
-                    help="tasks per seed for the isolated-path shuffle table")
-    ap.add_argument("--residual", choices=("independent", "correlated", "both"),
-                    default="independent", help="the estimator measured: TOPAS's independent "
-                    "residuals, the correlated ones (topas.estimators.copula), or both on "
-                    "the same runs with their paired difference")
+    ap.add_argument(
+        "--iso-tasks",
+        type=int,
+        default=300,
+        help="tasks per seed for the isolated-path shuffle table",
+    )
+    ap.add_argument(
+        "--residual",
+        choices=("independent", "correlated", "both"),
+        default="independent",
+        help="the estimator measured: TOPAS's independent "
+        "residuals, the correlated ones (topas.estimators.copula), or both on "
+        "the same runs with their paired difference",
+    )
     ap.add_argument("--no-iso", action="store_true", help="skip the isolated-path table")
     args = ap.parse_args()
-    residuals = (("independent", "correlated") if args.residual == "both"
-                 else (args.residual,))
+    residuals = ("independent", "correlated") if args.residual == "both" else (args.residual,)
     t0 = time.perf_counter()
-    print(f"seeds {args.seeds}; {args.tasks} tasks per run, first {args.warmup} left out; "
-          f"policy topas; mean over seeds +- 95 % t half-width")
-    print("| workload | estimator | point | mean relative bias | bias of the mean | "
-          "Spearman rho | easiest third: mean relative bias | hardest third: mean relative "
-          "bias | marginals only: bias of summed stage means |")
+    print(
+        f"seeds {args.seeds}; {args.tasks} tasks per run, first {args.warmup} left out; "
+        f"policy topas; mean over seeds +- 95 % t half-width"
+    )
+    print(
+        "| workload | estimator | point | mean relative bias | bias of the mean | "
+        "Spearman rho | easiest third: mean relative bias | hardest third: mean relative "
+        "bias | marginals only: bias of summed stage means |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for base, hard in PAIRS:
         rate = get_workload(base).default_rate
         per: dict[str, list[dict]] = {}
         for name in (base, hard):
-            per[name] = [run(name, s, args.tasks, rate, args.warmup, residuals)
-                         for s in args.seeds]
+            per[name] = [run(name, s, args.tasks, rate, args.warmup, residuals) for s in args.seeds]
         for p, res_name in ((p, rn) for p in POINTS for rn in residuals):
             rel = {}
             for name in (base, hard):
@@ -235,17 +295,21 @@ def main() -> None:
                         rows["low"].append(float(np.mean((e[low] - r[low]) / r[low])))
                         rows["top"].append(float(np.mean((e[top] - r[top]) / r[top])))
                 rel[name] = rows["rel"]
-                cells = [f"{m:+.3f} +- {h:.3f}" for m, h in
-                         (ci95(rows["rel"]), ci95(rows["mean"]))]
+                cells = [f"{m:+.3f} +- {h:.3f}" for m, h in (ci95(rows["rel"]), ci95(rows["mean"]))]
                 cells.append("{:.3f} +- {:.3f}".format(*ci95(rows["rho"])))
                 for k in ("low", "top"):
                     cells.append("{:+.3f} +- {:.3f}".format(*ci95(rows[k])) if rows[k] else "-")
-                cells.append("{:+.3f} +- {:.3f}".format(*ci95([o[(res_name, p + "/sum")]
-                                                               for o in per[name]])))
+                cells.append(
+                    "{:+.3f} +- {:.3f}".format(
+                        *ci95([o[(res_name, p + "/sum")] for o in per[name]])
+                    )
+                )
                 print(f"| {name} | {res_name} | {p} | " + " | ".join(cells) + " |")
             d = [a - b for a, b in zip(rel[hard], rel[base])]
-            print(f"| {hard} minus {base} (paired) | {res_name} | {p} | "
-                  "{:+.3f} +- {:.3f} | | | | | |".format(*ci95(d)))
+            print(
+                f"| {hard} minus {base} (paired) | {res_name} | {p} | "
+                "{:+.3f} +- {:.3f} | | | | | |".format(*ci95(d))
+            )
         if len(residuals) == 2:
             # the same tasks, the same run: correlated minus independent, per seed
             for name in (base, hard):
@@ -256,20 +320,25 @@ def main() -> None:
                         for o in per[name]:
                             (_, e0, r), (_, e1, _) = o[(residuals[0], p)], o[(residuals[1], p)]
                             if stat == "rel":
-                                d.append(float(np.mean(np.abs(e1 - r) / r)
-                                               - np.mean(np.abs(e0 - r) / r)))
+                                d.append(
+                                    float(np.mean(np.abs(e1 - r) / r) - np.mean(np.abs(e0 - r) / r))
+                                )
                             else:
                                 d.append(spearman(e1, r) - spearman(e0, r))
                         cells.append("{:+.3f} +- {:.3f}".format(*ci95(d)))
-                    print(f"| {name} | correlated minus independent (paired) | {p} | "
-                          f"mean abs. relative error {cells[0]} | | Spearman {cells[1]} "
-                          "| | | |")
+                    print(
+                        f"| {name} | correlated minus independent (paired) | {p} | "
+                        f"mean abs. relative error {cells[0]} | | Spearman {cells[1]} "
+                        "| | | |"
+                    )
     if args.no_iso:
         print(f"wall {time.perf_counter() - t0:.0f} s")
         return
     print()
-    print(f"isolated stage services, {args.iso_tasks} tasks per seed, same seeds: "
-          f"mean critical path with stage times shuffled across tasks vs as sampled")
+    print(
+        f"isolated stage services, {args.iso_tasks} tasks per seed, same seeds: "
+        f"mean critical path with stage times shuffled across tasks vs as sampled"
+    )
     print("| workload | relative bias of independent stages |")
     print("|---|---|")
     for pair in PAIRS:

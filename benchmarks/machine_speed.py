@@ -39,8 +39,10 @@ def main(seconds: float) -> None:
         windows.setdefault(int((now - t0) // 2), []).append(time.perf_counter() - now)
     med = [statistics.median(v) * 1e3 for _, v in sorted(windows.items())]
     print("median per 2 s window (ms):", " ".join(f"{m:.2f}" for m in med))
-    print(f"fastest window {min(med):.2f} ms, slowest {max(med):.2f} ms, "
-          f"ratio {max(med) / min(med):.2f}")
+    print(
+        f"fastest window {min(med):.2f} ms, slowest {max(med):.2f} ms, "
+        f"ratio {max(med) / min(med):.2f}"
+    )
     steal1 = _steal_ticks()
     if steal0 is not None and steal1 is not None:
         print(f"steal time: {(steal1 - steal0) / 100:.2f} s of {seconds:g} s (all CPUs)")

@@ -54,8 +54,11 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workloads", default="all")
     ap.add_argument("--target", default="topas")
-    ap.add_argument("--also", default="", help="policies compared like the target, never "
-                    "counted as baselines (e.g. topas-paper)")
+    ap.add_argument(
+        "--also",
+        default="",
+        help="policies compared like the target, never counted as baselines (e.g. topas-paper)",
+    )
     ap.add_argument("--baselines", default=",".join(BASELINES))
     ap.add_argument("--seeds", default="1,2")
     ap.add_argument("--cache", choices=["on", "off", "both"], default="both")
@@ -68,7 +71,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--all", action="store_true", help="also print every baseline's mean JCT")
     a = ap.parse_args(argv)
     wls = {"paper": PAPER, "others": OTHER_WORKLOADS, "all": PAPER + OTHER_WORKLOADS}.get(
-        a.workloads, tuple(a.workloads.split(",")))
+        a.workloads, tuple(a.workloads.split(","))
+    )
     seeds = seeds_arg(a.seeds)
     params = tuple(sorted((k, parse_value(v)) for k, v in (p.split("=", 1) for p in a.param)))
     bases = [b for b in a.baselines.split(",") if b]
@@ -89,14 +93,23 @@ def main(argv: list[str]) -> int:
     tgt = f"{a.target}*"
     # (only the runs with the target's parameters: ``--also`` may name the target's policy
     # itself, e.g. the flagship with its defaults against a parameter variant)
-    res = {(Job(j.workload, tgt, j.rate, j.seed, j.n_tasks, j.context_cache)
-            if j.policy == a.target and j.params == params else j): v
-           for j, v in res.items()}
+    res = {
+        (
+            Job(j.workload, tgt, j.rate, j.seed, j.n_tasks, j.context_cache)
+            if j.policy == a.target and j.params == params
+            else j
+        ): v
+        for j, v in res.items()
+    }
     rows = paired_rows(res, res.keys(), tgt, bases, also)
-    print(f"target {a.target} {dict(params)} vs the best of {len(bases)} baselines; seeds "
-          f"{a.seeds} (n={len(seeds)}); rate = {a.mult} x default; tasks x {a.task_mult}")
-    print(f"{'workload':13s} {'cache':5s} {'best':12s} {'best mean':>9s} {'target':>8s} "
-          f"{'mean JCT vs best [95% CI]':>28s} {'p99 vs best-p99 [95% CI]':>28s} wins")
+    print(
+        f"target {a.target} {dict(params)} vs the best of {len(bases)} baselines; seeds "
+        f"{a.seeds} (n={len(seeds)}); rate = {a.mult} x default; tasks x {a.task_mult}"
+    )
+    print(
+        f"{'workload':13s} {'cache':5s} {'best':12s} {'best mean':>9s} {'target':>8s} "
+        f"{'mean JCT vs best [95% CI]':>28s} {'p99 vs best-p99 [95% CI]':>28s} wins"
+    )
     worst = -1e9
     for row in rows:
         cc = "on" if row["cache"] else "off"
@@ -106,15 +119,22 @@ def main(argv: list[str]) -> int:
             continue
         pm, pp = t["vs_best"], t["p99_vs_best"]
         worst = max(worst, pm.mean_pct)
-        print(f"{row['workload']:13s} {cc:5s} {row['best']:12s} {row['best_mean']:9.1f} "
-              f"{t['mean']:8.1f} {pm.fmt():>28s} {pp.fmt():>28s} {pm.wins:2d}/{pm.n} "
-              f"{verdict(pm):4s} p99best={row['best_p99']}", flush=True)
+        print(
+            f"{row['workload']:13s} {cc:5s} {row['best']:12s} {row['best_mean']:9.1f} "
+            f"{t['mean']:8.1f} {pm.fmt():>28s} {pp.fmt():>28s} {pm.wins:2d}/{pm.n} "
+            f"{verdict(pm):4s} p99best={row['best_p99']}",
+            flush=True,
+        )
         for p in also:
             if p in row:
                 print(f"    {p}: {row[p]['mean']:.1f} {row[p]['vs_best'].fmt()}")
         if a.all:
-            print("    " + "  ".join(f"{b}={v:.1f}" for b, v in
-                                    sorted(row["means"].items(), key=lambda kv: kv[1])))
+            print(
+                "    "
+                + "  ".join(
+                    f"{b}={v:.1f}" for b, v in sorted(row["means"].items(), key=lambda kv: kv[1])
+                )
+            )
     print(f"worst mean difference: {worst:+.1f}%")
     return 0
 

@@ -16,24 +16,39 @@ import statistics
 from topas.api import simulate
 from topas.metrics import summarize
 
-CELLS = [("chain3", 0.25, 120), ("dag4", 0.15, 120), ("dag10wide", 0.0375, 60),
-         ("metagpt-sop", 0.01, 40), ("metagpt-tl", 0.0075, 40)]
+CELLS = [
+    ("chain3", 0.25, 120),
+    ("dag4", 0.15, 120),
+    ("dag10wide", 0.0375, 60),
+    ("metagpt-sop", 0.01, 40),
+    ("metagpt-tl", 0.0075, 40),
+]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     args = ap.parse_args()
-    print("| workload | rate | credit: mean JCT (s) | policy preemptions | current: mean JCT (s) "
-          "| policy preemptions |")
+    print(
+        "| workload | rate | credit: mean JCT (s) | policy preemptions | current: mean JCT (s) "
+        "| policy preemptions |"
+    )
     print("|---|---|---|---|---|---|")
     for wl, rate, n in CELLS:
         cells = []
         for value in ("credit", "current"):
             ms, pre = [], []
             for seed in args.seeds:
-                s = summarize(simulate(wl, "topas-paper", rate=rate, n_tasks=n, seed=seed,
-                                       policy_params={"revoke_value": value}))
+                s = summarize(
+                    simulate(
+                        wl,
+                        "topas-paper",
+                        rate=rate,
+                        n_tasks=n,
+                        seed=seed,
+                        policy_params={"revoke_value": value},
+                    )
+                )
                 ms.append(s["mean_jct_s"])
                 pre.append(s["preemptions"] - s["engine_preemptions"])
             cells += [f"{statistics.mean(ms):,.1f}", f"{statistics.mean(pre):.0f}"]

@@ -17,8 +17,10 @@ import numpy as np
 from topas.api import simulate
 from topas.policies.topas.policy import Topas
 
-ALL = ("chain3,dag4,dag10wide,metagpt-sop,metagpt-tl,react,mapreduce,debate,plan-execute,"
-       "supervisor,groupchat,mapreduce-hard,plan-execute-hard")
+ALL = (
+    "chain3,dag4,dag10wide,metagpt-sop,metagpt-tl,react,mapreduce,debate,plan-execute,"
+    "supervisor,groupchat,mapreduce-hard,plan-execute-hard"
+)
 
 
 def main(argv: list[str]) -> int:
@@ -32,8 +34,7 @@ def main(argv: list[str]) -> int:
     def probe(self, snap, ts, gen):
         info = orig(self, snap, ts, gen)
         if ts.task_id not in first:
-            first[ts.task_id] = (info.l_i if info.chain
-                                 else info.entry.expected_lp(snap.time_s))
+            first[ts.task_id] = info.l_i if info.chain else info.entry.expected_lp(snap.time_s)
         return info
 
     Topas._build_task_info = probe

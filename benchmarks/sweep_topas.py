@@ -23,16 +23,22 @@ from topas.workloads import get_workload
 
 GRIDS = {
     "quick": {"rho": [0.0, 0.25, 1.0], "beta": [0.0, 10.0], "K": [2], "H_age": [60.0]},
-    "full": {"rho": [0.0, 0.1, 0.25, 0.5, 1.0, 2.0], "beta": [0.0, 1.0, 10.0, 100.0],
-             "K": [2, 4, 8, 16], "H_age": [None, 5.0, 60.0, 600.0], "M": [0, 2, 6]},
+    "full": {
+        "rho": [0.0, 0.1, 0.25, 0.5, 1.0, 2.0],
+        "beta": [0.0, 1.0, 10.0, 100.0],
+        "K": [2, 4, 8, 16],
+        "H_age": [None, 5.0, 60.0, 600.0],
+        "M": [0, 2, 6],
+    },
 }
 
 
 def run(wl: str, rate: float, tasks: int, seeds: list[int], params: dict) -> tuple[float, float]:
     ms, ps = [], []
     for seed in seeds:
-        s = summarize(simulate(wl, "topas-paper", rate=rate, n_tasks=tasks, seed=seed,
-                               policy_params=params))
+        s = summarize(
+            simulate(wl, "topas-paper", rate=rate, n_tasks=tasks, seed=seed, policy_params=params)
+        )
         ms.append(s["mean_jct_s"])
         ps.append(s["p99_jct_s"])
     return statistics.mean(ms), statistics.mean(ps)
@@ -61,8 +67,10 @@ def main() -> None:
                 base = m if base is None else base
                 ratios[k].append(m / base)
                 label = "defaults" if v is None else f"{name}={v}"
-                print(f"{wl:12s} rate={rate:.4g} {label:14s} mean_jct_s={m:8.1f} "
-                      f"p99_jct_s={p:8.1f}", flush=True)
+                print(
+                    f"{wl:12s} rate={rate:.4g} {label:14s} mean_jct_s={m:8.1f} p99_jct_s={p:8.1f}",
+                    flush=True,
+                )
     print("mean over cells of mean JCT / defaults' mean JCT:")
     for k, (name, v) in enumerate(configs):
         label = "defaults" if v is None else f"{name}={v}"

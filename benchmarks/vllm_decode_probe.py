@@ -33,9 +33,11 @@ if __name__ == "__main__":
     for ctx in (512, 1024):
         ts = []
         for rep in range(3):
-            eng.add_request(f"probe-{ctx}-{rep}",
-                            {"prompt_token_ids": stage_stream(rep, "probe", ctx, 4096, 1)},
-                            SamplingParams(max_tokens=60, min_tokens=60, ignore_eos=True))
+            eng.add_request(
+                f"probe-{ctx}-{rep}",
+                {"prompt_token_ids": stage_stream(rep, "probe", ctx, 4096, 1)},
+                SamplingParams(max_tokens=60, min_tokens=60, ignore_eos=True),
+            )
             first = True
             while eng.has_unfinished_requests():
                 t = time.perf_counter()
@@ -43,5 +45,7 @@ if __name__ == "__main__":
                 if not first:
                     ts.append(time.perf_counter() - t)
                 first = False
-        print(f"KV {mb:g} MiB, max_model_len {eng.model_config.max_model_len}, context {ctx}: "
-              f"decode step median {np.median(ts) * 1e3:.2f} ms, mean {np.mean(ts) * 1e3:.2f} ms")
+        print(
+            f"KV {mb:g} MiB, max_model_len {eng.model_config.max_model_len}, context {ctx}: "
+            f"decode step median {np.median(ts) * 1e3:.2f} ms, mean {np.mean(ts) * 1e3:.2f} ms"
+        )

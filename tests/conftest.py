@@ -15,5 +15,7 @@ os.environ.setdefault("TOPAS_HYPOTHESIS_SEED", str(secrets.randbelow(2**32)))
 
 def pytest_report_header(config):
     s = os.environ["TOPAS_HYPOTHESIS_SEED"]
-    return (f"hypothesis seed: {s} (reproduce: TOPAS_HYPOTHESIS_SEED={s} "
-            "python -m pytest tests/test_invariants.py)")
+    return (
+        f"hypothesis seed: {s} (reproduce: TOPAS_HYPOTHESIS_SEED={s} "
+        "python -m pytest tests/test_invariants.py)"
+    )

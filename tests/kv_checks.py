@@ -29,11 +29,16 @@ def assert_queue_indices(s: Snapshot) -> None:
         assert keys == sorted(keys), s.time_s
     if s.waiting_program is not None:
         assert sorted(r.request_id for r in s.waiting_program) == sorted(
-            r.request_id for r in s.waiting), s.time_s
-        pk = [(s.tasks[r.task_id].arrival_s, r.task_id, r.ready_s, r.seq)
-              for r in s.waiting_program]
+            r.request_id for r in s.waiting
+        ), s.time_s
+        pk = [
+            (s.tasks[r.task_id].arrival_s, r.task_id, r.ready_s, r.seq) for r in s.waiting_program
+        ]
         assert pk == sorted(pk), s.time_s
     if s.waiting_ready_sum_s is not None:
         exact = sum(r.ready_s for r in s.waiting)
         assert abs(s.waiting_ready_sum_s - exact) <= 1e-9 * max(1.0, abs(exact)), (
-            s.time_s, s.waiting_ready_sum_s, exact)
+            s.time_s,
+            s.waiting_ready_sum_s,
+            exact,
+        )

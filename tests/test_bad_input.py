@@ -31,10 +31,15 @@ stages:
 
 
 def _json_workload(output) -> str:
-    return json.dumps({"name": "w", "default_rate": 0.2, "default_tasks": 3,
-                       "agents": {"A": 100},
-                       "stages": [{"name": "s1", "agent": "A", "prompt": 100,
-                                   "calls": {"output": output}}]})
+    return json.dumps(
+        {
+            "name": "w",
+            "default_rate": 0.2,
+            "default_tasks": 3,
+            "agents": {"A": 100},
+            "stages": [{"name": "s1", "agent": "A", "prompt": 100, "calls": {"output": output}}],
+        }
+    )
 
 
 def _fixtures(d) -> None:
@@ -43,8 +48,10 @@ def _fixtures(d) -> None:
     (d / "dir.jsonl").mkdir()
     (d / "dir.json").mkdir()
     (d / "tracedir").mkdir()
-    (d / "trace.yaml").write_text(YAML_BASE.replace("default_rate: 0.2\n", "")
-                                  .replace("OUT", "10") + "arrivals: {trace: tracedir}\n")
+    (d / "trace.yaml").write_text(
+        YAML_BASE.replace("default_rate: 0.2\n", "").replace("OUT", "10")
+        + "arrivals: {trace: tracedir}\n"
+    )
     (d / "deep.json").write_text("[" * 100_000)
     (d / "deep.yaml").write_text("[" * 100_000)
     m = "64"
@@ -78,8 +85,10 @@ CASES = [
     ([*RUN, "--out", "{d}/afile/x/y"], ["--out", "afile is not a directory"]),
     ([*RUN, "--out", "/proc/topas-bad-input/o"], ["--out", "cannot write in /proc"]),
     ([*RUN, "--out", "{d}/readonly/o"], ["--out", "readonly", "cannot write"]),
-    (["compare", "--workload", "toy-chain", "--tasks", "3", "--out", "{d}/afile"],
-     ["--out", "exists and is not a directory"]),
+    (
+        ["compare", "--workload", "toy-chain", "--tasks", "3", "--out", "{d}/afile"],
+        ["--out", "exists and is not a directory"],
+    ),
     # workload files
     (["run", "--workload", "{d}/dir.jsonl", "--out", "{o}"], ["dir.jsonl", "not a file"]),
     (["run", "--workload", "{d}/trace.yaml", "--out", "{o}"], ["tracedir", "not a file"]),
@@ -88,19 +97,26 @@ CASES = [
     (["run", "--workload", "{d}/mix.yaml", "--out", "{o}"], ["mix.yaml", "nested too deeply"]),
     (["run", "--workload", "{d}/bin.yaml", "--out", "{o}"], ["bin.yaml", "not a UTF-8 text"]),
     (["run", "--workload", "{d}/bin.jsonl", "--out", "{o}"], ["bin.jsonl line 1", "JSON"]),
-    (["run", "--workload", "{d}/big.json", "--out", "{o}"], ["big.json", "calls.output",
-                                                               "out of range"]),
-    (["run", "--workload", "{d}/bigu.json", "--out", "{o}"], ["bigu.json", "uniform[1]",
-                                                                "out of range"]),
-    (["run", "--workload", "{d}/text.yaml", "--out", "{o}"], ["text.yaml", "calls.output",
-                                                                "not a number"]),
-    (["run", "--workload", "{d}/missing.yaml", "--out", "{o}"], ["missing.yaml",
-                                                                   "does not exist"]),
+    (
+        ["run", "--workload", "{d}/big.json", "--out", "{o}"],
+        ["big.json", "calls.output", "out of range"],
+    ),
+    (
+        ["run", "--workload", "{d}/bigu.json", "--out", "{o}"],
+        ["bigu.json", "uniform[1]", "out of range"],
+    ),
+    (
+        ["run", "--workload", "{d}/text.yaml", "--out", "{o}"],
+        ["text.yaml", "calls.output", "not a number"],
+    ),
+    (["run", "--workload", "{d}/missing.yaml", "--out", "{o}"], ["missing.yaml", "does not exist"]),
     (["run", "--workload", "nope", "--out", "{o}"], ["workload 'nope': unknown"]),
     # profiles
     ([*RUN, "--profile", "tpu/x", "--out", "{o}"], ["profile 'tpu/x': unknown"]),
-    ([*RUN, "--profile", "{d}/binprof.json", "--out", "{o}"], ["--profile", "binprof.json",
-                                                                "not a UTF-8"]),
+    (
+        [*RUN, "--profile", "{d}/binprof.json", "--out", "{o}"],
+        ["--profile", "binprof.json", "not a UTF-8"],
+    ),
     ([*RUN, "--profile", "{d}/dir.json", "--out", "{o}"], ["dir.json", "Is a directory"]),
     # policy parameters: declared type and range, errors name the policy and parameter
     ([*TOPAS, "--param", "rho=NaN", "--out", "{o}"], ["'topas'", "rho='NaN'", "finite"]),
@@ -118,18 +134,45 @@ CASES = [
     ([*TOPAS, "--param", "seed=-1", "--out", "{o}"], ["seed is not a policy parameter"]),
     ([*TOPAS, "--param", "novalue", "--out", "{o}"], ["--param 'novalue'", "KEY=VALUE"]),
     ([*TOPAS, "--param", "rho=1", "--param", "rho=2", "--out", "{o}"], ["rho", "twice"]),
-    ([*RUN, "--param", "rho=0.5", "--out", "{o}"], ["policy 'fcfs'", "unknown parameter "
-                                                      "'rho'"]),
-    ([*RUN, "--policy", "autellix-las", "--param", "thresholds_s=2,1", "--out", "{o}"],
-     ["thresholds_s", "ascending"]),
-    ([*RUN, "--policy", "autellix-las", "--param", "starvation_ratio=0", "--out", "{o}"],
-     ["starvation_ratio='0'", "(0,"]),
+    ([*RUN, "--param", "rho=0.5", "--out", "{o}"], ["policy 'fcfs'", "unknown parameter 'rho'"]),
+    (
+        [*RUN, "--policy", "autellix-las", "--param", "thresholds_s=2,1", "--out", "{o}"],
+        ["thresholds_s", "ascending"],
+    ),
+    (
+        [*RUN, "--policy", "autellix-las", "--param", "starvation_ratio=0", "--out", "{o}"],
+        ["starvation_ratio='0'", "(0,"],
+    ),
     ([*RUN, "--policy", "nope", "--out", "{o}"], ["policy 'nope': unknown"]),
     # compare: every policy checked before the first run
-    (["compare", "--workload", "toy-chain", "--tasks", "3", "--policies", "topas,nosuch",
-      "--out", "{o}"], ["policy 'nosuch': unknown"]),
-    (["compare", "--workload", "toy-chain", "--tasks", "3", "--policies", "fcfs,fcfs",
-      "--out", "{o}"], ["--policies", "twice"]),
+    (
+        [
+            "compare",
+            "--workload",
+            "toy-chain",
+            "--tasks",
+            "3",
+            "--policies",
+            "topas,nosuch",
+            "--out",
+            "{o}",
+        ],
+        ["policy 'nosuch': unknown"],
+    ),
+    (
+        [
+            "compare",
+            "--workload",
+            "toy-chain",
+            "--tasks",
+            "3",
+            "--policies",
+            "fcfs,fcfs",
+            "--out",
+            "{o}",
+        ],
+        ["--policies", "twice"],
+    ),
     (["compare", "--workload", "toy-chain", "--policies", ",", "--out", "{o}"], ["--policies"]),
     # numbers on the command line
     ([*RUN, "--seed", "-1", "--out", "{o}"], ["--seed", "-1", ">= 0"]),
@@ -150,10 +193,14 @@ CASES = [
     (["reproduce", "--quick", "--workloads", "nosuch", "--out", "{o}"], ["'nosuch'"]),
     (["reproduce", "--quick", "--out", "{d}/afile"], ["--out", "exists and is not a dir"]),
     (["list", "--params", "nosuch"], ["policy 'nosuch': unknown"]),
-    (["reproduce", "--quick", "--executor", "dask", "--out", "{o}"], ["--executor",
-                                                                      "invalid choice"]),
-    (["reproduce", "--quick", "--ray-address", "auto", "--out", "{o}"],
-     ["--ray-address auto", "only with --executor ray"]),
+    (
+        ["reproduce", "--quick", "--executor", "dask", "--out", "{o}"],
+        ["--executor", "invalid choice"],
+    ),
+    (
+        ["reproduce", "--quick", "--ray-address", "auto", "--out", "{o}"],
+        ["--ray-address auto", "only with --executor ray"],
+    ),
     # sweep: the grid file is read and checked before any run
     (["sweep", "{d}/missing.yaml", "--out", "{o}"], ["missing.yaml", "does not exist"]),
     (["sweep", "{d}/tracedir", "--out", "{o}"], ["tracedir", "not a file"]),
@@ -161,16 +208,19 @@ CASES = [
     (["sweep", "{d}/badgrid.yaml", "--out", "{o}"], ["badgrid.yaml", "not valid YAML"]),
     (["sweep", "{d}/listgrid.yaml", "--out", "{o}"], ["listgrid.yaml", "must be a mapping"]),
     (["sweep", "{d}/unkgrid.yaml", "--out", "{o}"], ["unkgrid.yaml", "unknown key 'sedes'"]),
-    (["sweep", "{d}/polgrid.yaml", "--out", "{o}"], ["polgrid.yaml",
-                                                     "policy 'nosuch': unknown"]),
+    (["sweep", "{d}/polgrid.yaml", "--out", "{o}"], ["polgrid.yaml", "policy 'nosuch': unknown"]),
     (["sweep", "{d}/wlgrid.yaml", "--out", "{o}"], ["wlgrid.yaml", "workload 'nosuch'"]),
-    (["sweep", "{d}/seedgrid.yaml", "--out", "{o}"], ["seedgrid.yaml", "seeds '5..3'",
-                                                      "empty range"]),
+    (
+        ["sweep", "{d}/seedgrid.yaml", "--out", "{o}"],
+        ["seedgrid.yaml", "seeds '5..3'", "empty range"],
+    ),
     (["sweep", "{d}/okgrid.yaml", "--out", "{d}/afile"], ["--out", "exists and is not a dir"]),
     (["sweep", "{d}/okgrid.yaml", "--jobs", "0", "--out", "{o}"], ["--jobs", "0"]),
     (["sweep", "{d}/okgrid.yaml", "--executor", "dask", "--out", "{o}"], ["--executor"]),
-    (["sweep", "{d}/okgrid.yaml", "--ray-address", "auto", "--out", "{o}"],
-     ["--ray-address auto", "only with --executor ray"]),
+    (
+        ["sweep", "{d}/okgrid.yaml", "--ray-address", "auto", "--out", "{o}"],
+        ["--ray-address auto", "only with --executor ray"],
+    ),
 ]
 
 
@@ -187,8 +237,7 @@ def _tree(d) -> set[str]:
 
 
 @pytest.mark.parametrize("argv,needles", CASES, ids=[" ".join(a[:1] + a[3:7]) for a, _ in CASES])
-def test_bad_input_is_one_line_exit_2_and_leaves_nothing(argv, needles, bad_dir, tmp_path,
-                                                         capsys):
+def test_bad_input_is_one_line_exit_2_and_leaves_nothing(argv, needles, bad_dir, tmp_path, capsys):
     if "{d}/readonly/o" in argv and os.geteuid() == 0:
         pytest.skip("root writes into read-only folders (the /proc case covers it)")
     out = tmp_path / "o"
@@ -208,8 +257,7 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(argv, needles, bad_dir,
 
 
 @pytest.mark.parametrize("cmd", [["reproduce", "--quick"], ["sweep", "{d}/okgrid.yaml"]])
-def test_executor_ray_without_ray_is_one_line_exit_2(cmd, bad_dir, tmp_path, capsys,
-                                                     monkeypatch):
+def test_executor_ray_without_ray_is_one_line_exit_2(cmd, bad_dir, tmp_path, capsys, monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed: import fails
@@ -228,6 +276,7 @@ def test_at_least_forty_cases():
 
 # -- declarations: one mechanism, one parser -----------------------------------------------
 
+
 def _constructor_params(cls) -> dict[str, inspect.Parameter]:
     out: dict[str, inspect.Parameter] = {}
     for c in cls.__mro__:
@@ -245,8 +294,7 @@ def _constructor_params(cls) -> dict[str, inspect.Parameter]:
 
 
 #: parameters a registered variant fixes itself, or adds in its factory
-FIXED = {"topas-base": {"reuse", "aging"}, "topas-noreuse": {"reuse"},
-         "topas-noaging": {"aging"}}
+FIXED = {"topas-base": {"reuse", "aging"}, "topas-noreuse": {"reuse"}, "topas-noaging": {"aging"}}
 ADDED = {"topas": {"off"}}
 
 
@@ -258,16 +306,28 @@ def test_every_constructor_parameter_is_declared(name):
     assert set(sig) - FIXED.get(name, set()) == set(decl) - ADDED.get(name, set())
     for p in info.params:
         # each default is accepted by its own declaration and builds the policy
-        assert p.parse(p.default) == (tuple(p.default) if isinstance(p.default, (list, tuple))
-                                      else p.default)
+        assert p.parse(p.default) == (
+            tuple(p.default) if isinstance(p.default, (list, tuple)) else p.default
+        )
         build_policy(name, 0, {p.name: p.default})
         assert p.doc and p.type_text() and p.range_text()
         s = sig.get(p.name)
-        if s is not None and name in ("topas-paper", "fcfs", "lpm", "continuum", "kvflow",
-                                      "spf", "srpt-ca", "autellix-las", "topas-hold"):
+        if s is not None and name in (
+            "topas-paper",
+            "fcfs",
+            "lpm",
+            "continuum",
+            "kvflow",
+            "spf",
+            "srpt-ca",
+            "autellix-las",
+            "topas-hold",
+        ):
             want = s.default
-            assert p.default == (tuple(want) if isinstance(want, (list, tuple)) else want), \
-                (name, p.name)
+            assert p.default == (tuple(want) if isinstance(want, (list, tuple)) else want), (
+                name,
+                p.name,
+            )
 
 
 def test_flagship_defaults_are_its_departures():
@@ -278,16 +338,18 @@ def test_flagship_defaults_are_its_departures():
         assert decl[k] == v, k
 
 
-@pytest.mark.parametrize("text,value", [("true", True), ("False", False), ("FALSE", False),
-                                        (True, True)])
+@pytest.mark.parametrize(
+    "text,value", [("true", True), ("False", False), ("FALSE", False), (True, True)]
+)
 def test_bools_take_true_false_only(text, value):
     assert make_policy("topas-paper", reuse=text).reuse is value
 
 
 @pytest.mark.parametrize("bad", ["0", "1", "yes", "no", 0, 1, "", None])
 def test_bools_reject_everything_else(bad):
-    with pytest.raises(ParamError,
-                       match=r"policy 'topas-paper': reuse=.*(true or false|not be none)"):
+    with pytest.raises(
+        ParamError, match=r"policy 'topas-paper': reuse=.*(true or false|not be none)"
+    ):
         make_policy("topas-paper", reuse=bad)
 
 
@@ -298,10 +360,8 @@ def test_numbers_reject_nan_inf_and_non_numbers(bad):
 
 
 def test_cli_strings_and_python_values_parse_the_same():
-    a = make_policy("topas", K="7", rho="0.5", H_age="none", off="holds+reserve",
-                    hol_block="true")
-    b = make_policy("topas", K=7, rho=0.5, H_age=None, off=("holds", "reserve"),
-                    hol_block=True)
+    a = make_policy("topas", K="7", rho="0.5", H_age="none", off="holds+reserve", hol_block="true")
+    b = make_policy("topas", K=7, rho=0.5, H_age=None, off=("holds", "reserve"), hol_block=True)
     for k in ("K", "rho", "H_age", "hol_block", "reserve_ratio", "holds"):
         assert getattr(a, k) == getattr(b, k), k
     assert make_policy("autellix-las", thresholds_s="1,2,4").thresholds_s == (1.0, 2.0, 4.0)
@@ -323,22 +383,26 @@ def test_reuse_false_reaches_the_policy(capsys):
 
 # -- the Python API ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kw,exc,match", [
-    ({"n_tasks": "3"}, TypeError, "n_tasks: must be an integer"),
-    ({"n_tasks": 0}, ValueError, "n_tasks 0"),
-    ({"n_tasks": True}, TypeError, "n_tasks"),
-    ({"seed": -1}, ValueError, "seed -1"),
-    ({"seed": 1.5}, TypeError, "seed"),
-    ({"rate": math.nan}, ValueError, "rate nan"),
-    ({"rate": "1"}, TypeError, "rate"),
-    ({"tasks": []}, ValueError, "tasks: empty"),
-    ({"tasks": [1]}, TypeError, "tasks: must hold Task"),
-    ({"policy_params": {"rho": "NaN"}}, ValueError, "rho='NaN'"),
-    ({"policy_params": {"seed": 1}}, ValueError, "seed is not a policy parameter"),
-    ({"policy_params": [("rho", 1)]}, TypeError, "policy_params"),
-    ({"profile": 3}, TypeError, "profile"),
-    ({"progress": 3}, TypeError, "progress"),
-])
+
+@pytest.mark.parametrize(
+    "kw,exc,match",
+    [
+        ({"n_tasks": "3"}, TypeError, "n_tasks: must be an integer"),
+        ({"n_tasks": 0}, ValueError, "n_tasks 0"),
+        ({"n_tasks": True}, TypeError, "n_tasks"),
+        ({"seed": -1}, ValueError, "seed -1"),
+        ({"seed": 1.5}, TypeError, "seed"),
+        ({"rate": math.nan}, ValueError, "rate nan"),
+        ({"rate": "1"}, TypeError, "rate"),
+        ({"tasks": []}, ValueError, "tasks: empty"),
+        ({"tasks": [1]}, TypeError, "tasks: must hold Task"),
+        ({"policy_params": {"rho": "NaN"}}, ValueError, "rho='NaN'"),
+        ({"policy_params": {"seed": 1}}, ValueError, "seed is not a policy parameter"),
+        ({"policy_params": [("rho", 1)]}, TypeError, "policy_params"),
+        ({"profile": 3}, TypeError, "profile"),
+        ({"progress": 3}, TypeError, "progress"),
+    ],
+)
 def test_api_names_the_argument(kw, exc, match):
     from topas.api import simulate
 

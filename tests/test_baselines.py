@@ -36,13 +36,27 @@ from topas.workflow.model import Agent, Call, Stage, Task
 
 PROFILE = get_profile(DEFAULT_PROFILE)
 COST = PROFILE.cost_model()
-BASELINES = ["fcfs", "spf", "srpt", "lpm", "dfs-weight", "parrot-fcfs", "autellix-las",
-             "kvflow", "continuum"]
+BASELINES = [
+    "fcfs",
+    "spf",
+    "srpt",
+    "lpm",
+    "dfs-weight",
+    "parrot-fcfs",
+    "autellix-las",
+    "kvflow",
+    "continuum",
+]
 
 
 # ---------------------------------------------------------------------------- builders
-def prefix(agent: str, tokens: int, where: Location = Location.DEVICE, last_used_s: float = 0.0,
-           users: int = 0) -> PrefixState:
+def prefix(
+    agent: str,
+    tokens: int,
+    where: Location = Location.DEVICE,
+    last_used_s: float = 0.0,
+    users: int = 0,
+) -> PrefixState:
     p = PrefixState(agent, tokens)
     p.location = where
     p.ready = where == Location.DEVICE
@@ -52,8 +66,9 @@ def prefix(agent: str, tokens: int, where: Location = Location.DEVICE, last_used
     return p
 
 
-def task(tid: int, arrival_s: float, stages: list[tuple[str, str, tuple[str, ...], StageStatus]]
-         ) -> TaskState:
+def task(
+    tid: int, arrival_s: float, stages: list[tuple[str, str, tuple[str, ...], StageStatus]]
+) -> TaskState:
     """``stages``: (name, agent, deps, status) in a topological order."""
     succs: dict[str, list[str]] = {n: [] for n, *_ in stages}
     for n, _, deps, _ in stages:
@@ -74,11 +89,20 @@ _rid = [0]
 _ONE_RUN: dict = {}
 
 
-def req(tid: int, stage: str, agent: str, ready_s: float, prompt: int = 500,
-        prefix_tokens: int = 0, round_index: int = 0, running: bool = False) -> RequestState:
+def req(
+    tid: int,
+    stage: str,
+    agent: str,
+    ready_s: float,
+    prompt: int = 500,
+    prefix_tokens: int = 0,
+    round_index: int = 0,
+    running: bool = False,
+) -> RequestState:
     _rid[0] += 1
-    r = RequestState(_rid[0], tid, stage, agent, round_index, prompt, prefix_tokens, ready_s,
-                     seq=_rid[0])
+    r = RequestState(
+        _rid[0], tid, stage, agent, round_index, prompt, prefix_tokens, ready_s, seq=_rid[0]
+    )
     if running:
         r.phase = Phase.DECODE
         r.admitted_s = ready_s
@@ -86,18 +110,33 @@ def req(tid: int, stage: str, agent: str, ready_s: float, prompt: int = 500,
     return r
 
 
-def snap(time_s: float, prefixes: list[PrefixState], tasks: list[TaskState],
-         waiting: list[RequestState], running: list[RequestState] = (),
-         held: list[HeldContext] = (), budget: int = 32_768, host: int = 1 << 20) -> Snapshot:
+def snap(
+    time_s: float,
+    prefixes: list[PrefixState],
+    tasks: list[TaskState],
+    waiting: list[RequestState],
+    running: list[RequestState] = (),
+    held: list[HeldContext] = (),
+    budget: int = 32_768,
+    host: int = 1 << 20,
+) -> Snapshot:
     pmap = {p.agent: p for p in prefixes}
     used = sum(p.tokens for p in prefixes if p.location == Location.DEVICE)
     used += sum(r.kv_tokens for r in running)
     used += sum(h.tokens for h in held if h.expires_s > time_s)
     return Snapshot(
-        time_s=time_s, event="test", config=EngineConfig(budget, host_capacity_tokens=host),
-        cost=COST, used_kv_tokens=used, prefixes=pmap, running=tuple(running),
-        waiting=tuple(sorted(waiting, key=lambda r: r.seq)), tasks={t.task_id: t for t in tasks},
-        held={(h.task_id, h.stage): h for h in held}, history=_ONE_RUN)
+        time_s=time_s,
+        event="test",
+        config=EngineConfig(budget, host_capacity_tokens=host),
+        cost=COST,
+        used_kv_tokens=used,
+        prefixes=pmap,
+        running=tuple(running),
+        waiting=tuple(sorted(waiting, key=lambda r: r.seq)),
+        tasks={t.task_id: t for t in tasks},
+        held={(h.task_id, h.stage): h for h in held},
+        history=_ONE_RUN,
+    )
 
 
 def one_stage(tid: int, arrival: float, agent: str, status=StageStatus.READY) -> TaskState:
@@ -113,9 +152,14 @@ def test_lpm_admits_cached_prefix_before_older_request():
     # budget fits one more request: the older one needs its 3k prefix, the newer one hits
     old = req(1, "s", "cold", ready_s=0.0)
     new = req(2, "s", "warm", ready_s=1.0)
-    s = snap(2.0, [prefix("cold", 3000, Location.NONE), prefix("warm", 3000, users=1)],
-             [one_stage(1, 0.0, "cold"), one_stage(2, 1.0, "warm")], [old, new],
-             running=[req(3, "s", "warm", 0.5, prompt=2000, running=True)], budget=8000)
+    s = snap(
+        2.0,
+        [prefix("cold", 3000, Location.NONE), prefix("warm", 3000, users=1)],
+        [one_stage(1, 0.0, "cold"), one_stage(2, 1.0, "warm")],
+        [old, new],
+        running=[req(3, "s", "warm", 0.5, prompt=2000, running=True)],
+        budget=8000,
+    )
     assert decide("lpm", s).admit == (new.request_id,)
     assert decide("fcfs", s).admit == ()  # FCFS: the old request blocks the queue
 
@@ -126,10 +170,18 @@ def test_lpm_in_queue_check_moves_duplicate_uncached_prefix_back():
     b = req(3, "s", "y", 0.2, prefix_tokens=16)  # shares < 32 tokens: never deprioritized
     b2 = req(4, "s", "y", 0.3, prefix_tokens=16)
     tasks = [one_stage(i, 0.0, a) for i, a in ((1, "x"), (2, "x"), (3, "y"), (4, "y"))]
-    s = snap(1.0, [prefix("x", 2000, Location.NONE), prefix("y", 16, Location.NONE)], tasks,
-             [a1, a2, b, b2])
-    assert [r.request_id for r in lpm_order(s)] == [a1.request_id, b.request_id,
-                                                    b2.request_id, a2.request_id]
+    s = snap(
+        1.0,
+        [prefix("x", 2000, Location.NONE), prefix("y", 16, Location.NONE)],
+        tasks,
+        [a1, a2, b, b2],
+    )
+    assert [r.request_id for r in lpm_order(s)] == [
+        a1.request_id,
+        b.request_id,
+        b2.request_id,
+        a2.request_id,
+    ]
 
 
 def test_lpm_falls_back_to_fcfs_above_128_waiting():
@@ -147,8 +199,9 @@ def test_lpm_counts_held_context_as_cached():
     a = req(1, "s", "x", 0.0)
     b = req(2, "s", "x", 0.5)  # its previous call's 1500-token context is held
     h = HeldContext(2, "s", "x", 1500, since_s=0.0, expires_s=10.0)
-    s = snap(1.0, [prefix("x", 1000)], [one_stage(1, 0.0, "x"), one_stage(2, 0.0, "x")],
-             [a, b], held=[h])
+    s = snap(
+        1.0, [prefix("x", 1000)], [one_stage(1, 0.0, "x"), one_stage(2, 0.0, "x")], [a, b], held=[h]
+    )
     assert [r.request_id for r in lpm_order(s)] == [b.request_id, a.request_id]
 
 
@@ -171,8 +224,13 @@ def test_dfs_weight_emits_context_children_before_their_agent_node():
     plain = req(1, "s", "x", 0.0)
     ctx = req(2, "s", "x", 1.0, round_index=1)
     h = HeldContext(2, "s", "x", 800, since_s=0.5, expires_s=9.0)
-    s = snap(2.0, [prefix("x", 1000)], [one_stage(1, 0.0, "x"), one_stage(2, 0.0, "x")],
-             [plain, ctx], held=[h])
+    s = snap(
+        2.0,
+        [prefix("x", 1000)],
+        [one_stage(1, 0.0, "x"), one_stage(2, 0.0, "x")],
+        [plain, ctx],
+        held=[h],
+    )
     assert [r.request_id for r in dfs_weight_order(s)] == [ctx.request_id, plain.request_id]
 
 
@@ -195,8 +253,7 @@ def test_parrot_batches_requests_sharing_a_prefix():
     r3 = req(3, "s", "x", 0.2)
     tasks = [one_stage(1, 0.0, "x"), one_stage(2, 1.0, "y"), one_stage(3, 2.0, "x")]
     s = snap(3.0, [prefix("x", 100), prefix("y", 100)], tasks, [r1, r2, r3])
-    assert [r.request_id for r in parrot_order(s)] == [r1.request_id, r3.request_id,
-                                                       r2.request_id]
+    assert [r.request_id for r in parrot_order(s)] == [r1.request_id, r3.request_id, r2.request_id]
 
 
 # ---------------------------------------------------------------------------- Autellix
@@ -204,22 +261,33 @@ def _autellix_history(mode: str, thresholds_s=(6.0,)):
     """Task A: two parallel 5 s branches then a join (critical path 5 s, total 10 s).
     Task B: a 7 s stage then a second one (critical path = total = 7 s).  At t=7 both have a
     request waiting; B's became ready first."""
-    pol = make_policy("autellix-las", seed=0, mode=mode, thresholds_s=thresholds_s,
-                      starvation_ratio=None)
+    pol = make_policy(
+        "autellix-las", seed=0, mode=mode, thresholds_s=thresholds_s, starvation_ratio=None
+    )
     prefixes = [prefix("x", 100, users=3)]
     budget = 100 + 3000  # the two running... then room for a single 2000-token request
-    ta = task(1, 0.0, [("l", "x", (), StageStatus.RUNNING), ("r", "x", (), StageStatus.RUNNING),
-                       ("j", "x", ("l", "r"), StageStatus.PENDING)])
-    tb = task(2, 0.0, [("p", "x", (), StageStatus.RUNNING), ("q", "x", ("p",), StageStatus.PENDING)])
-    run = [req(1, "l", "x", 0.0, running=True, prompt=10), req(1, "r", "x", 0.0, running=True,
-                                                               prompt=10),
-           req(2, "p", "x", 0.0, running=True, prompt=10)]
+    ta = task(
+        1,
+        0.0,
+        [
+            ("l", "x", (), StageStatus.RUNNING),
+            ("r", "x", (), StageStatus.RUNNING),
+            ("j", "x", ("l", "r"), StageStatus.PENDING),
+        ],
+    )
+    tb = task(
+        2, 0.0, [("p", "x", (), StageStatus.RUNNING), ("q", "x", ("p",), StageStatus.PENDING)]
+    )
+    run = [
+        req(1, "l", "x", 0.0, running=True, prompt=10),
+        req(1, "r", "x", 0.0, running=True, prompt=10),
+        req(2, "p", "x", 0.0, running=True, prompt=10),
+    ]
     assert pol.decide(snap(0.0, prefixes, [ta, tb], [], running=run, budget=budget)).empty
     # t=5: A's branches finish (its join is not ready in this hand-made history until t=7)
     for n in ("l", "r"):
         ta.stages[n].status = StageStatus.DONE
-    pol.decide(snap(5.0, [prefix("x", 100, users=1)], [ta, tb], [], running=run[2:],
-                    budget=budget))
+    pol.decide(snap(5.0, [prefix("x", 100, users=1)], [ta, tb], [], running=run[2:], budget=budget))
     tb.stages["p"].status = StageStatus.DONE
     tb.stages["q"].status = StageStatus.READY
     ta.stages["j"].status = StageStatus.READY
@@ -252,17 +320,25 @@ def test_autellix_same_queue_keeps_arrival_order():
 # ---------------------------------------------------------------------------- KVFlow
 def _kvflow_scene():
     # task 1 runs agent z now; agent "soon" runs next (ste 1); agent "never" has no future
-    t1 = task(1, 0.0, [("a", "z", (), StageStatus.RUNNING), ("b", "soon", ("a",),
-                                                              StageStatus.PENDING),
-                       ("c", "later", ("b",), StageStatus.PENDING)])
+    t1 = task(
+        1,
+        0.0,
+        [
+            ("a", "z", (), StageStatus.RUNNING),
+            ("b", "soon", ("a",), StageStatus.PENDING),
+            ("c", "later", ("b",), StageStatus.PENDING),
+        ],
+    )
     t2 = one_stage(2, 1.0, "new")
     running = req(1, "a", "z", 0.0, prompt=1000, running=True)
     waiting = req(2, "s", "new", 1.0, prompt=1000)
-    prefixes = [prefix("z", 1000, users=1, last_used_s=0.0),
-                prefix("soon", 2000, last_used_s=1.0),  # least recently used
-                prefix("never", 2000, last_used_s=5.0),
-                prefix("new", 2000, Location.NONE),
-                prefix("later", 500, Location.HOST)]
+    prefixes = [
+        prefix("z", 1000, users=1, last_used_s=0.0),
+        prefix("soon", 2000, last_used_s=1.0),  # least recently used
+        prefix("never", 2000, last_used_s=5.0),
+        prefix("new", 2000, Location.NONE),
+        prefix("later", 500, Location.HOST),
+    ]
     # used: 1000 + 2000 + 2000 + 1000 = 6000; the new request needs 2000 + 1000 (+ reserve)
     return snap(6.0, prefixes, [t1, t2], [waiting], running=[running], budget=8500)
 
@@ -280,11 +356,20 @@ def test_kvflow_evicts_the_prefix_used_farthest_in_the_future():
 
 
 def test_kvflow_prefetches_next_step_agent_from_host():
-    t1 = task(1, 0.0, [("a", "z", (), StageStatus.RUNNING),
-                       ("b", "next", ("a",), StageStatus.PENDING),
-                       ("c", "far", ("b",), StageStatus.PENDING)])
-    prefixes = [prefix("z", 1000, users=1), prefix("next", 2000, Location.HOST),
-                prefix("far", 2000, Location.HOST)]
+    t1 = task(
+        1,
+        0.0,
+        [
+            ("a", "z", (), StageStatus.RUNNING),
+            ("b", "next", ("a",), StageStatus.PENDING),
+            ("c", "far", ("b",), StageStatus.PENDING),
+        ],
+    )
+    prefixes = [
+        prefix("z", 1000, users=1),
+        prefix("next", 2000, Location.HOST),
+        prefix("far", 2000, Location.HOST),
+    ]
     s = snap(1.0, prefixes, [t1], [], running=[req(1, "a", "z", 0.0, running=True)])
     d = decide("kvflow", s)
     assert d.load == ("next",)  # the agent two steps away is not prefetched
@@ -309,8 +394,14 @@ def _react_run(policy: str, tool_s: float, **params):
                 held_at_return.append(h is not None and h.expires_s > s.time_s)
 
     # the engine without its context cache: holding is then the only way to reuse a context
-    res = Simulator(tasks, agents, PROFILE, make_policy(policy, seed=0, **params),
-                    on_decision=watch, context_cache=False).run()
+    res = Simulator(
+        tasks,
+        agents,
+        PROFILE,
+        make_policy(policy, seed=0, **params),
+        on_decision=watch,
+        context_cache=False,
+    ).run()
     return held_at_return, res
 
 
@@ -330,14 +421,12 @@ def test_continuum_ttl_from_observed_tool_durations():
     # long tools: the memory held costs more than a reload saves
     assert best_ttl_s([40.0, 50.0, 60.0], benefit_s=1.0, cost_rate=0.05, max_ttl_s=100) == 0.0
     # bimodal: cover the short mode only
-    assert best_ttl_s([0.2] * 8 + [60.0] * 2, benefit_s=1.0, cost_rate=0.05,
-                      max_ttl_s=100) == 0.2
+    assert best_ttl_s([0.2] * 8 + [60.0] * 2, benefit_s=1.0, cost_rate=0.05, max_ttl_s=100) == 0.2
     # learned online: after observing long tools, a new context is not pinned at all
     pol = make_policy("continuum", seed=0)
     pol.samples[("w", "s")] = [90.0] * 5
     h = HeldContext(1, "s", "w", 3000, since_s=1.0, expires_s=1.0)
-    s = snap(1.0, [prefix("w", 1000)], [one_stage(1, 0.0, "w", StageStatus.TOOL)], [],
-             held=[h])
+    s = snap(1.0, [prefix("w", 1000)], [one_stage(1, 0.0, "w", StageStatus.TOOL)], [], held=[h])
     pol.observe(s)  # starts the run; then inject what it would have learned
     pol.samples[("w", "s")] = [90.0] * 5
     assert pol.ttl_s(s, h) == 0.0
@@ -364,8 +453,9 @@ def test_continuum_ttl_scan_matches_the_loop_exactly():
         cost = rng.choice([0.0, 0.01 * rng.random(), rng.random(), 10 * rng.random()])
         max_ttl = rng.choice([0.0, 1.0, 5.0, 30.0])
         srt = sorted(xs)
-        got = best_ttl_prefix(srt, bisect_right(srt, max_ttl), list(accumulate(srt, initial=0.0)),
-                              n, benefit, cost)
+        got = best_ttl_prefix(
+            srt, bisect_right(srt, max_ttl), list(accumulate(srt, initial=0.0)), n, benefit, cost
+        )
         assert repr(got) == repr(best_ttl_s(xs, benefit, cost, max_ttl))
 
 
@@ -382,9 +472,15 @@ def test_continuum_unpins_younger_program_under_pressure():
 
 # ---------------------------------------------------------------------------- SPF
 def test_spf_serves_task_with_shortest_expected_remaining_path():
-    long_t = task(1, 0.0, [("a", "x", (), StageStatus.READY), ("b", "x", ("a",),
-                                                               StageStatus.PENDING),
-                           ("c", "x", ("b",), StageStatus.PENDING)])
+    long_t = task(
+        1,
+        0.0,
+        [
+            ("a", "x", (), StageStatus.READY),
+            ("b", "x", ("a",), StageStatus.PENDING),
+            ("c", "x", ("b",), StageStatus.PENDING),
+        ],
+    )
     short_t = one_stage(2, 1.0, "x")
     r_long = req(1, "a", "x", 0.0)
     r_short = req(2, "s", "x", 1.0)
@@ -405,6 +501,14 @@ def test_every_baseline_runs_toy_chain_under_contention(name):
     assert len(res.tasks) == 20
     assert all(t.jct_s >= t.lower_bound_s - 1e-9 for t in res.tasks)
     # small budget, no host tier, blocks: prefixes must be evicted and dropped
-    res2 = simulate("toy-chain", name, n_tasks=12, rate=3.0, seed=3, host_tier=False,
-                    block_size=16, kv_budget_tokens=12_000)
+    res2 = simulate(
+        "toy-chain",
+        name,
+        n_tasks=12,
+        rate=3.0,
+        seed=3,
+        host_tier=False,
+        block_size=16,
+        kv_budget_tokens=12_000,
+    )
     assert len(res2.tasks) == 12

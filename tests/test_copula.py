@@ -20,10 +20,11 @@ CHAIN = {"a": ("A", (), S.DONE), "b": ("B", ("a",), S.DONE), "c": ("C", ("b",), 
 
 def pools() -> dict:
     """Pools of the three stage kinds: output tokens 100..1000 for a and b; c takes 1-10 s."""
-    return {("A", "a"): [StageRecord("t", "a", "A", 1, 100 * k, 1.0, 1.0) for k in range(1, 11)],
-            ("B", "b"): [StageRecord("t", "b", "B", 1, 100 * k, 1.0, 1.0) for k in range(1, 11)],
-            ("C", "c"): [StageRecord("t", "c", "C", 1, 100, float(k), float(k))
-                         for k in range(1, 11)]}
+    return {
+        ("A", "a"): [StageRecord("t", "a", "A", 1, 100 * k, 1.0, 1.0) for k in range(1, 11)],
+        ("B", "b"): [StageRecord("t", "b", "B", 1, 100 * k, 1.0, 1.0) for k in range(1, 11)],
+        ("C", "c"): [StageRecord("t", "c", "C", 1, 100, float(k), float(k)) for k in range(1, 11)],
+    }
 
 
 def done_chain(task_id: int, tok_a: int, tok_b: int, arrival_s: float = 0.0):
@@ -38,9 +39,14 @@ def trained(correlated_training: bool, hist: dict) -> tuple[MonteCarloLP, object
     oppositely hard)."""
     mc = MonteCarloLP(n_samples=4000, seed=1, correlated=True)
     prefixes = [make_prefix(a, 100, True) for a in "ABC"]
-    train = [done_chain(100 + i, 100 * (i % 10 + 1),
-                        100 * (i % 10 + 1) if correlated_training else 100 * (10 - i % 10))
-             for i in range(40)]
+    train = [
+        done_chain(
+            100 + i,
+            100 * (i % 10 + 1),
+            100 * (i % 10 + 1) if correlated_training else 100 * (10 - i % 10),
+        )
+        for i in range(40)
+    ]
     snap = make_snapshot(tasks=train, prefixes=prefixes, hist=hist)
     for t in train:
         mc.entry(snap, t)
@@ -113,10 +119,18 @@ def hard_and_easy_waiting(hist: dict):
     """Two tasks wait with stage c ready and room for one: task 1 (5 s older) was hard in a
     and b, task 2 easy."""
     hard, easy = done_chain(1, 1000, 1000, 0.0), done_chain(2, 100, 100, 5.0)
-    reqs = [make_request(1, hard, "c", 1000, 100, ready_s=6.0),
-            make_request(2, easy, "c", 1000, 100, ready_s=6.0)]
-    return make_snapshot(time_s=7.0, budget=300 + 1000 + 600, prefixes=PREFIXES,
-                         waiting=reqs, tasks=[hard, easy], hist=hist)
+    reqs = [
+        make_request(1, hard, "c", 1000, 100, ready_s=6.0),
+        make_request(2, easy, "c", 1000, 100, ready_s=6.0),
+    ]
+    return make_snapshot(
+        time_s=7.0,
+        budget=300 + 1000 + 600,
+        prefixes=PREFIXES,
+        waiting=reqs,
+        tasks=[hard, easy],
+        hist=hist,
+    )
 
 
 def test_correlated_residuals_let_a_size_rank_put_the_easy_task_first():
@@ -125,8 +139,9 @@ def test_correlated_residuals_let_a_size_rank_put_the_easy_task_first():
     # younger task was easy so far
     hist = pools()
     for residual, want in (("independent", (1,)), ("correlated", (2,))):
-        pol = make_policy("topas", seed=1, rank_key="remaining", size_weight=10,
-                          residual=residual, n_samples=4000)
+        pol = make_policy(
+            "topas", seed=1, rank_key="remaining", size_weight=10, residual=residual, n_samples=4000
+        )
         train_policy(pol, hist)
         assert pol.decide(hard_and_easy_waiting(hist)).admit == want, residual
 
@@ -134,8 +149,15 @@ def test_correlated_residuals_let_a_size_rank_put_the_easy_task_first():
 def test_size_gate_uses_the_size_key_only_once_correlation_is_learned():
     hist = pools()
     for n_train, want in ((0, (1,)), (40, (2,))):
-        pol = make_policy("topas", seed=1, rank_key="remaining", size_weight=10,
-                          residual="correlated", n_samples=4000, size_gate=0.5)
+        pol = make_policy(
+            "topas",
+            seed=1,
+            rank_key="remaining",
+            size_weight=10,
+            residual="correlated",
+            n_samples=4000,
+            size_gate=0.5,
+        )
         train_policy(pol, hist, n_train)
         # untrained: a2 = 0 < 0.5, so arrival order; trained: a2 = 0.8, the size key
         assert pol.size_key_on() == (n_train > 0)

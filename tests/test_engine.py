@@ -24,8 +24,13 @@ def one_call_task(tid: int, agent: str, prompt: int, out: int, at: float = 0.0) 
 
 
 def run(tasks, agents, policy="fcfs", **kw):
-    sim = Simulator(tasks, {a.name: a for a in agents}, PROFILE,
-                    make_policy(policy) if isinstance(policy, str) else policy, **kw)
+    sim = Simulator(
+        tasks,
+        {a.name: a for a in agents},
+        PROFILE,
+        make_policy(policy) if isinstance(policy, str) else policy,
+        **kw,
+    )
     return sim, sim.run()
 
 
@@ -33,8 +38,11 @@ def test_single_request_timeline_matches_cost_model():
     P, p, y = 3000, 500, 200
     _, res = run([one_call_task(0, "A", p, y)], [Agent("A", P)])
     # prefix recomputed by prefill, then the prompt after it, first token, y-1 decode steps
-    expect = COST.prefill_time(P, 0) + COST.prefill_time(p, P) + COST.decode_run_time(1, P + p + 1,
-                                                                                      y - 1)
+    expect = (
+        COST.prefill_time(P, 0)
+        + COST.prefill_time(p, P)
+        + COST.decode_run_time(1, P + p + 1, y - 1)
+    )
     assert res.tasks[0].jct_s == pytest.approx(expect, rel=1e-12)
     r = res.requests[0]
     assert r.first_token_s == pytest.approx(COST.prefill_time(P, 0) + COST.prefill_time(p, P))
@@ -80,7 +88,8 @@ def test_time_scaled_profile_multiplies_every_iteration_time():
     slow = PROFILE.time_scaled(1.37).cost_model()
     for lin, pairs, reads in [(4096, 4096 * 3000, 0), (64, 64 * 8000, 64 * 8000), (1, 1, 1)]:
         assert slow.iteration_time(lin, pairs, reads) == pytest.approx(
-            1.37 * COST.iteration_time(lin, pairs, reads), rel=1e-12)
+            1.37 * COST.iteration_time(lin, pairs, reads), rel=1e-12
+        )
     assert slow.swap_time(1000) == pytest.approx(COST.swap_time(1000))
     for bad in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="time factor"):
@@ -91,8 +100,9 @@ def test_two_agents_share_nothing_but_batch_together():
     """Two requests of different agents that both fit: their prefixes are recomputed in one
     iteration, the prompts in the next, then they decode as a batch of two."""
     PA, PB, p, y = 2000, 3000, 400, 100
-    _, res = run([one_call_task(0, "A", p, y), one_call_task(1, "B", p, y)],
-                 [Agent("A", PA), Agent("B", PB)])
+    _, res = run(
+        [one_call_task(0, "A", p, y), one_call_task(1, "B", p, y)], [Agent("A", PA), Agent("B", PB)]
+    )
     cost = COST
     pa, ra = cost.prefill_chunk_terms(PA, 0)
     pb, rb = cost.prefill_chunk_terms(PB, 0)
@@ -102,7 +112,8 @@ def test_two_agents_share_nothing_but_batch_together():
     t2 = cost.iteration_time(2 * p, qa + qb, sa + sb)
     t3 = cost.decode_run_time(2, PA + p + 1 + PB + p + 1, y - 1)
     assert [t.jct_s for t in sorted(res.tasks, key=lambda t: t.task_id)] == pytest.approx(
-        [t1 + t2 + t3] * 2)
+        [t1 + t2 + t3] * 2
+    )
     assert res.counters.batch_time_product / res.counters.busy_s == pytest.approx(2.0)
 
 
@@ -111,8 +122,11 @@ def test_alternating_agents_without_host_tier_recompute_prefixes():
     recomputes the incoming prefix (no host tier), as an LRU engine does."""
     PA, PB, p, y = 8000, 8000, 1000, 50
     agents = [Agent("A", PA), Agent("B", PB)]
-    tasks = [one_call_task(0, "A", p, y), one_call_task(1, "B", p, y, 0.001),
-             one_call_task(2, "A", p, y, 0.002)]
+    tasks = [
+        one_call_task(0, "A", p, y),
+        one_call_task(1, "B", p, y, 0.001),
+        one_call_task(2, "A", p, y, 0.002),
+    ]
     budget = PA + p + y + 300
     _, res = run(tasks, agents, kv_budget_tokens=budget, host_tier=False)
     assert res.counters.recomputed_prefix_tokens == PA + PB + PA
@@ -126,8 +140,11 @@ def test_swap_in_from_host_tier_timeline():
     swap-in waits behind the swap-out on the serial host link."""
     PA, PB, p, y = 8000, 8000, 1000, 50
     agents = [Agent("A", PA), Agent("B", PB)]
-    tasks = [one_call_task(0, "A", p, y), one_call_task(1, "B", p, y, 0.001),
-             one_call_task(2, "A", p, y, 0.002)]
+    tasks = [
+        one_call_task(0, "A", p, y),
+        one_call_task(1, "B", p, y, 0.001),
+        one_call_task(2, "A", p, y, 0.002),
+    ]
     budget = PA + p + y + 300
     sim, res = run(tasks, agents, kv_budget_tokens=budget, record_timeline=True)
     assert res.counters.recomputed_prefix_tokens == PA + PB  # A is swapped back, not recomputed
@@ -238,8 +255,9 @@ def test_react_stage_tool_delay_and_held_context():
 
         def decide(self, snap):
             d = self.fcfs.decide(snap)
-            hold = {k: snap.time_s + 10.0 for k, h in snap.held.items()
-                    if h.expires_s <= snap.time_s}
+            hold = {
+                k: snap.time_s + 10.0 for k, h in snap.held.items() if h.expires_s <= snap.time_s
+            }
             return Decision(admit=d.admit, evict=d.evict, hold=hold)
 
     # without the engine's context cache: only the policy's hold reuses the context
@@ -280,8 +298,13 @@ def test_context_cache_keeps_an_unheld_context_until_its_room_is_needed():
     # context (which takes no budget) is evicted, and nothing else is disturbed
     budget = 4000
     flood = Task(1, 1.0, (Stage("f", "B", (Call(budget - P - 200 - 64, 100),)),))
-    _, fl = run([task, flood], [Agent("A", P), Agent("B", 0)], context_cache=True,
-                kv_budget_tokens=budget, block_size=1)
+    _, fl = run(
+        [task, flood],
+        [Agent("A", P), Agent("B", 0)],
+        context_cache=True,
+        kv_budget_tokens=budget,
+        block_size=1,
+    )
     assert fl.counters.context_hit_tokens == 0
     assert {(r.task_id, r.round_index) for r in fl.requests} == {(0, 0), (0, 1), (1, 0)}
 
@@ -291,8 +314,9 @@ def test_hold_expiry_does_not_touch_the_next_offered_context():
     own context) must not release that new, never-held context (regression: the old expiry
     event freed its tokens and took a prefix user that was never counted)."""
     P = 1000
-    task = Task(0, 0.0, (Stage("s", "A", (Call(500, 100, 2.0), Call(800, 50, 2.0),
-                                           Call(900, 20))),))
+    task = Task(
+        0, 0.0, (Stage("s", "A", (Call(500, 100, 2.0), Call(800, 50, 2.0), Call(900, 20))),)
+    )
 
     class HoldUntil:
         name = "hold-until"
@@ -309,8 +333,12 @@ def test_hold_expiry_does_not_touch_the_next_offered_context():
 
     _, first = run([task], [Agent("A", P)], policy=HoldUntil(1e9))
     t2 = {r.round_index: r for r in first.requests}[1].finished_s
-    _, res = run([task], [Agent("A", P)], policy=HoldUntil(t2),
-                 on_decision=lambda snap, dec: assert_kv_accounted(snap))
+    _, res = run(
+        [task],
+        [Agent("A", P)],
+        policy=HoldUntil(t2),
+        on_decision=lambda snap, dec: assert_kv_accounted(snap),
+    )
     assert len(res.requests) == 3
 
 
@@ -353,22 +381,31 @@ def test_engine_evicts_idle_prefix_before_preempting_on_decode_oom():
     agents = [Agent("A", 4000), Agent("B", 4000)]
     tasks = [one_call_task(0, "B", 100, 5), one_call_task(1, "A", 500, 3000, 1.0)]
     budget = 4000 + 4000 + 600 + 1000  # A's request outgrows what B's idle prefix leaves
-    _, res = run(tasks, agents, policy=make_policy("fcfs", reserve_ratio=0.0),
-                 kv_budget_tokens=budget, host_tier=False)
+    _, res = run(
+        tasks,
+        agents,
+        policy=make_policy("fcfs", reserve_ratio=0.0),
+        kv_budget_tokens=budget,
+        host_tier=False,
+    )
     assert res.counters.preemptions == 0
     assert res.counters.peak_kv_tokens <= budget
 
 
 def test_lower_bound_for_dag_is_longest_path():
     agents = {"A": Agent("A", 1000), "B": Agent("B", 1000)}
-    stages = (Stage("a", "A", (Call(100, 10),)),
-              Stage("b", "B", (Call(100, 500),), deps=("a",)),
-              Stage("c", "A", (Call(100, 20),), deps=("a",)),
-              Stage("d", "B", (Call(100, 10),), deps=("b", "c")))
+    stages = (
+        Stage("a", "A", (Call(100, 10),)),
+        Stage("b", "B", (Call(100, 500),), deps=("a",)),
+        Stage("c", "A", (Call(100, 20),), deps=("a",)),
+        Stage("d", "B", (Call(100, 10),), deps=("b", "c")),
+    )
     t = Task(0, 0.0, stages)
     lb = task_lower_bound(t, agents, COST)
-    one = {n: COST.call_time_alone(100, o, 1000) for n, o in
-           [("a", 10), ("b", 500), ("c", 20), ("d", 10)]}
+    one = {
+        n: COST.call_time_alone(100, o, 1000)
+        for n, o in [("a", 10), ("b", 500), ("c", 20), ("d", 10)]
+    }
     assert lb == pytest.approx(one["a"] + max(one["b"], one["c"]) + one["d"])
     assert math.isfinite(lb)
 
@@ -384,8 +421,14 @@ def test_snapshot_hides_truth_and_tracks_prefix_state():
 
         def decide(self, snap):
             # records are live engine objects: read them during the decision only
-            seen.append((snap.event, len(snap.waiting), snap.prefixes["A"].location,
-                         [r.phase for r in snap.waiting]))
+            seen.append(
+                (
+                    snap.event,
+                    len(snap.waiting),
+                    snap.prefixes["A"].location,
+                    [r.phase for r in snap.waiting],
+                )
+            )
             for r in (*snap.running, *snap.waiting):
                 assert not hasattr(r, "out_total") and not hasattr(r, "output_tokens")
             return self.fcfs.decide(snap)
@@ -447,8 +490,9 @@ def test_a_bad_credit_rejects_the_whole_decision_before_any_of_it_applies():
             seen.append(snap)
             return Decision(admit=tuple(r.request_id for r in snap.waiting), credit={999: 1.0})
 
-    sim = Simulator([one_call_task(0, "A", 100, 10)], {"A": Agent("A", 1000)}, PROFILE,
-                    AdmitAndBadCredit())
+    sim = Simulator(
+        [one_call_task(0, "A", 100, 10)], {"A": Agent("A", 1000)}, PROFILE, AdmitAndBadCredit()
+    )
     with pytest.raises(DecisionError, match="credits request 999"):
         sim.run()
     assert not sim.running and len(sim.waiting) == 1 and sim.used_kv == 0

@@ -37,8 +37,12 @@ def exact_elp(order, deps, table, offsets=None):
     return total / len(combos)
 
 
-DIAMOND = {"a": ("A", (), S.READY), "b": ("B", ("a",), S.PENDING),
-           "c": ("C", ("a",), S.PENDING), "d": ("D", ("b", "c"), S.PENDING)}
+DIAMOND = {
+    "a": ("A", (), S.READY),
+    "b": ("B", ("a",), S.PENDING),
+    "c": ("C", ("a",), S.PENDING),
+    "d": ("D", ("b", "c"), S.PENDING),
+}
 TABLE = {"a": [1.0, 3.0], "b": [2.0, 10.0], "c": [4.0, 6.0, 8.0], "d": [1.0, 2.0]}
 
 
@@ -109,10 +113,12 @@ def test_empirical_residual_prior_history_and_conditioning():
     assert prior[-1] > 2 * prior[0]
 
     hist = {("W", "w"): history("W", "w", [4.0, 6.0, 8.0, 10.0], rounds=2, out=400)}
-    snap = make_snapshot(tasks=[task], prefixes=[make_prefix("W", 1000, True)], hist=hist,
-                         time_s=7.0)
-    np.testing.assert_allclose(est.stage_residuals(snap, task, task.stages["w"]),
-                               [4.0, 6.0, 8.0, 10.0])
+    snap = make_snapshot(
+        tasks=[task], prefixes=[make_prefix("W", 1000, True)], hist=hist, time_s=7.0
+    )
+    np.testing.assert_allclose(
+        est.stage_residuals(snap, task, task.stages["w"]), [4.0, 6.0, 8.0, 10.0]
+    )
     # started 7 s ago: only the executions longer than 7 s remain, shifted by 7 s
     st = task.stages["w"]
     st.status = S.RUNNING
@@ -122,8 +128,9 @@ def test_empirical_residual_prior_history_and_conditioning():
     st.rounds_done = 1
     np.testing.assert_allclose(est.stage_residuals(snap, task, st), [1.0, 3.0])
     # longer than every record: one more mean call (mean of z / rounds = 3.5 s)
-    snap2 = make_snapshot(tasks=[task], prefixes=[make_prefix("W", 1000, True)], hist=hist,
-                          time_s=20.0)
+    snap2 = make_snapshot(
+        tasks=[task], prefixes=[make_prefix("W", 1000, True)], hist=hist, time_s=20.0
+    )
     np.testing.assert_allclose(est.stage_residuals(snap2, task, st), [3.5])
 
 

@@ -15,15 +15,18 @@ def switch_state(other_service_s: float):
     """Agent A's prefix is resident and idle; agent B's (8k tokens, no host copy: recompute
     ~3 s) is not.  One single-stage task per agent, ~10 s vs ``other_service_s`` of expected
     service.  The budget fits one of the two requests: B's only after evicting A."""
-    hist = {("A", "a"): history("A", "a", [10.0] * 8, out=200),
-            ("B", "b"): history("B", "b", [other_service_s] * 8, out=200)}
+    hist = {
+        ("A", "a"): history("A", "a", [10.0] * 8, out=200),
+        ("B", "b"): history("B", "b", [other_service_s] * 8, out=200),
+    }
     ta = make_task(1, {"a": ("A", (), S.READY)}, arrival_s=0.0)
     tb = make_task(2, {"b": ("B", (), S.READY)}, arrival_s=1.0)
     ra = make_request(1, ta, "a", 1000, 4000, ready_s=0.0)
     rb = make_request(2, tb, "b", 1000, 8000, ready_s=1.0)
     prefixes = [make_prefix("A", 4000, True), make_prefix("B", 8000, False, on_host=False)]
-    return make_snapshot(time_s=2.0, budget=9500, prefixes=prefixes, waiting=[ra, rb],
-                         tasks=[ta, tb], hist=hist)
+    return make_snapshot(
+        time_s=2.0, budget=9500, prefixes=prefixes, waiting=[ra, rb], tasks=[ta, tb], hist=hist
+    )
 
 
 def test_srpt_ca_keeps_the_resident_agent_for_a_marginally_longer_task():
@@ -80,8 +83,9 @@ def react_run(policy: str, tool_s: float, rounds: int = 3, budget: int | None = 
     from topas.workflow.model import Agent, Call, Stage, Task
 
     agents = {"w": Agent("w", 1000)}
-    calls = tuple(Call(3000 + 200 * k, 40, tool_s if k < rounds - 1 else 0.0)
-                  for k in range(rounds))
+    calls = tuple(
+        Call(3000 + 200 * k, 40, tool_s if k < rounds - 1 else 0.0) for k in range(rounds)
+    )
     tasks = [Task(0, 0.0, (Stage("s", "w", calls),))]
     held_at_return = []
 
@@ -93,9 +97,15 @@ def react_run(policy: str, tool_s: float, rounds: int = 3, budget: int | None = 
                 held_at_return.append(h is not None and h.expires_s > s.time_s)
 
     # without the engine's context cache, so that only holding reuses a context
-    res = Simulator(tasks, agents, get_profile(DEFAULT_PROFILE),
-                    make_policy(policy, seed=0, **params), on_decision=watch,
-                    kv_budget_tokens=budget, context_cache=False).run()
+    res = Simulator(
+        tasks,
+        agents,
+        get_profile(DEFAULT_PROFILE),
+        make_policy(policy, seed=0, **params),
+        on_decision=watch,
+        kv_budget_tokens=budget,
+        context_cache=False,
+    ).run()
     return held_at_return, res
 
 
@@ -134,8 +144,14 @@ def test_topas_hold_releases_a_younger_tasks_context_for_an_older_blocked_reques
     young = make_task(2, {"s": ("x", (), S.TOOL)}, arrival_s=5.0)
     h = HeldContext(2, "s", "x", 3000, since_s=6.0, expires_s=20.0)
     r = make_request(1, old, "s", 3000, 1000, ready_s=7.0)
-    s = make_snapshot(time_s=8.0, budget=6000, prefixes=[make_prefix("x", 1000, True)],
-                      waiting=[r], tasks=[old, young], held={(2, "s"): h})
+    s = make_snapshot(
+        time_s=8.0,
+        budget=6000,
+        prefixes=[make_prefix("x", 1000, True)],
+        waiting=[r],
+        tasks=[old, young],
+        held={(2, "s"): h},
+    )
     s = dataclasses.replace(s, used_kv_tokens=1000 + 3000)  # the live context counts
     assert make_policy("topas-paper", seed=0, reserve_ratio=0).decide(s).admit == ()
     d = make_policy("topas-hold", seed=0, reserve_ratio=0).decide(s)

@@ -52,22 +52,39 @@ def scenarios(draw):
         n_st = draw(st.integers(1, 4))
         stages = []
         for k in range(n_st):
-            deps = tuple(sorted(draw(st.sets(st.sampled_from([f"s{j}" for j in range(k)]),
-                                             max_size=2)))) if k else ()
+            deps = (
+                tuple(
+                    sorted(draw(st.sets(st.sampled_from([f"s{j}" for j in range(k)]), max_size=2)))
+                )
+                if k
+                else ()
+            )
             calls = tuple(
-                Call(draw(st.integers(1, 800)), draw(st.integers(1, 300)),
-                     draw(st.sampled_from([0.0, 0.05, 0.5, 2.0])))
-                for _ in range(draw(st.integers(1, 3))))
-            stages.append(Stage(f"s{k}", f"a{draw(st.integers(0, n_agents - 1))}", calls, deps,
-                                kind=f"k{k % 2}"))
+                Call(
+                    draw(st.integers(1, 800)),
+                    draw(st.integers(1, 300)),
+                    draw(st.sampled_from([0.0, 0.05, 0.5, 2.0])),
+                )
+                for _ in range(draw(st.integers(1, 3)))
+            )
+            stages.append(
+                Stage(
+                    f"s{k}", f"a{draw(st.integers(0, n_agents - 1))}", calls, deps, kind=f"k{k % 2}"
+                )
+            )
         tasks.append(Task(tid, draw(st.floats(0, 20, allow_nan=False)), tuple(stages)))
     # the largest request fits (prompt + output in blocks of 16, one block of headroom)
     need = max(a.prefix_tokens for a in agents) + 1104 + 16
     budget = draw(st.integers(need, 3 * need + 4000))
-    return dict(agents=agents, tasks=tasks, budget=budget,
-                block=draw(st.sampled_from([1, 16])),
-                preemption=draw(st.sampled_from(["sglang", "vllm"])),
-                host=draw(st.booleans()), seed=draw(st.integers(0, 3)))
+    return dict(
+        agents=agents,
+        tasks=tasks,
+        budget=budget,
+        block=draw(st.sampled_from([1, 16])),
+        preemption=draw(st.sampled_from(["sglang", "vllm"])),
+        host=draw(st.booleans()),
+        seed=draw(st.integers(0, 3)),
+    )
 
 
 def _run(policy: str, sc: dict, cache: bool):
@@ -76,13 +93,21 @@ def _run(policy: str, sc: dict, cache: bool):
         # cached contexts live in free memory only, behind a resident prefix
         assert sim.ctx_cache_tokens == sum(v[1] for v in sim.ctx_cache.values())
         assert sim.used_kv + sim.ctx_cache_tokens <= sc["budget"]
-        assert all(snap.prefixes[v[0]].location == Location.DEVICE
-                   for v in sim.ctx_cache.values())
+        assert all(snap.prefixes[v[0]].location == Location.DEVICE for v in sim.ctx_cache.values())
 
-    sim = Simulator(sc["tasks"], {a.name: a for a in sc["agents"]}, PROFILE,
-                    make_policy(policy, seed=sc["seed"]), seed=sc["seed"], on_decision=check,
-                    kv_budget_tokens=sc["budget"], block_size=sc["block"],
-                    preemption=sc["preemption"], host_tier=sc["host"], context_cache=cache)
+    sim = Simulator(
+        sc["tasks"],
+        {a.name: a for a in sc["agents"]},
+        PROFILE,
+        make_policy(policy, seed=sc["seed"]),
+        seed=sc["seed"],
+        on_decision=check,
+        kv_budget_tokens=sc["budget"],
+        block_size=sc["block"],
+        preemption=sc["preemption"],
+        host_tier=sc["host"],
+        context_cache=cache,
+    )
     return sim.run()
 
 
@@ -106,8 +131,10 @@ def check_result(res, tasks, block: int, cluster: bool = False) -> None:
         stages = {s.name: s for s in task.stages}
         for s in task.stages:
             # a stage starts once every predecessor's last call has finished (or at arrival)
-            deps_done = max((calls[(task.task_id, d, len(stages[d].calls) - 1)].finished_s
-                             for d in s.deps), default=task.arrival_s)
+            deps_done = max(
+                (calls[(task.task_id, d, len(stages[d].calls) - 1)].finished_s for d in s.deps),
+                default=task.arrival_s,
+            )
             prev = None
             for j, call in enumerate(s.calls):
                 r = calls[(task.task_id, s.name, j)]
@@ -124,8 +151,9 @@ def check_result(res, tasks, block: int, cluster: bool = False) -> None:
                     tool_back = prev.finished_s + s.calls[j - 1].tool_delay_s
                     assert r.ready_s >= tool_back, r
                     # only whole blocks of what the previous call computed, or nothing
-                    full = context_credit(prev.prompt_tokens + prev.output_tokens - 1,
-                                          r.prompt_tokens, block)
+                    full = context_credit(
+                        prev.prompt_tokens + prev.output_tokens - 1, r.prompt_tokens, block
+                    )
                     if cluster:
                         assert 0 <= r.cached_tokens <= full, (r, full)
                     else:
@@ -137,8 +165,12 @@ def check_result(res, tasks, block: int, cluster: bool = False) -> None:
 @pytest.mark.parametrize("cache", [False, True], ids=["cache-off", "cache-on"])
 @pytest.mark.parametrize("policy", POLICIES)
 @seed(SEED)
-@settings(max_examples=max(1, EXAMPLES // 2), deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=max(1, EXAMPLES // 2),
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(sc=scenarios())
 def test_invariants(policy, cache, sc):
     note(f"TOPAS_HYPOTHESIS_SEED={SEED}")
@@ -146,8 +178,9 @@ def test_invariants(policy, cache, sc):
     assert res.counters.peak_kv_tokens <= sc["budget"]
     check_result(res, sc["tasks"], sc["block"])
     again = _run(policy, sc, cache)
-    assert [(t.task_id, t.finished_s) for t in again.tasks] == \
-        [(t.task_id, t.finished_s) for t in res.tasks]
+    assert [(t.task_id, t.finished_s) for t in again.tasks] == [
+        (t.task_id, t.finished_s) for t in res.tasks
+    ]
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -158,8 +191,15 @@ def test_block_padding_is_never_credited_as_cached_prompt(policy):
     bound of 0.131675 s.  The first call computed 1 token (its output was never fed back),
     which fills no block: nothing is credited."""
     task = Task(0, 0.0, (Stage("s0", "a0", (Call(1, 1), Call(117, 1), Call(1, 1))),))
-    res = Simulator([task], {"a0": Agent("a0", 0)}, PROFILE, make_policy(policy),
-                    kv_budget_tokens=1120, block_size=16, context_cache=True).run()
+    res = Simulator(
+        [task],
+        {"a0": Agent("a0", 0)},
+        PROFILE,
+        make_policy(policy),
+        kv_budget_tokens=1120,
+        block_size=16,
+        context_cache=True,
+    ).run()
     check_result(res, [task], 16)
     assert [r.cached_tokens for r in res.requests] == [0, 0, 0]
     t = res.tasks[0]
@@ -175,20 +215,37 @@ def _run_cluster(policy: str, router: str, replicas: int, sc: dict, cache: bool)
     def check(snap, dec):
         assert_kv_accounted(snap)  # each replica's own budget and accounting
 
-    return Cluster(sc["tasks"], {a.name: a for a in sc["agents"]}, PROFILE,
-                   lambda: make_policy(policy, seed=sc["seed"]), make_router(router),
-                   replicas=replicas, seed=sc["seed"], on_decision=check,
-                   kv_budget_tokens=sc["budget"], block_size=sc["block"],
-                   preemption=sc["preemption"], host_tier=sc["host"],
-                   context_cache=cache).run()
+    return Cluster(
+        sc["tasks"],
+        {a.name: a for a in sc["agents"]},
+        PROFILE,
+        lambda: make_policy(policy, seed=sc["seed"]),
+        make_router(router),
+        replicas=replicas,
+        seed=sc["seed"],
+        on_decision=check,
+        kv_budget_tokens=sc["budget"],
+        block_size=sc["block"],
+        preemption=sc["preemption"],
+        host_tier=sc["host"],
+        context_cache=cache,
+    ).run()
 
 
 @pytest.mark.parametrize("router", ROUTER_NAMES)
 @seed(SEED)
-@settings(max_examples=max(1, EXAMPLES // 2), deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow])
-@given(sc=scenarios(), policy=st.sampled_from(POLICIES), replicas=st.integers(2, 4),
-       cache=st.booleans())
+@settings(
+    max_examples=max(1, EXAMPLES // 2),
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(
+    sc=scenarios(),
+    policy=st.sampled_from(POLICIES),
+    replicas=st.integers(2, 4),
+    cache=st.booleans(),
+)
 def test_cluster_invariants(router, sc, policy, replicas, cache):
     """Every request of the cluster runs exactly once, on one replica, within that
     replica's KV budget, and all the single-engine run invariants hold for the cluster."""
@@ -201,22 +258,34 @@ def test_cluster_invariants(router, sc, policy, replicas, cache):
     assert sum(len(r.requests) for r in cres.replicas) == sum(cres.routed)
     check_result(cres.as_sim_result(), sc["tasks"], sc["block"], cluster=True)
     again = _run_cluster(policy, router, replicas, sc, cache)
-    assert [(t.task_id, t.finished_s) for t in again.as_sim_result().tasks] == \
-        [(t.task_id, t.finished_s) for t in cres.as_sim_result().tasks]
+    assert [(t.task_id, t.finished_s) for t in again.as_sim_result().tasks] == [
+        (t.task_id, t.finished_s) for t in cres.as_sim_result().tasks
+    ]
 
 
 @seed(SEED)
-@settings(max_examples=max(1, EXAMPLES // 2), deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow])
-@given(sc=scenarios(), policy=st.sampled_from(POLICIES), router=st.sampled_from(ROUTER_NAMES),
-       cache=st.booleans())
+@settings(
+    max_examples=max(1, EXAMPLES // 2),
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(
+    sc=scenarios(),
+    policy=st.sampled_from(POLICIES),
+    router=st.sampled_from(ROUTER_NAMES),
+    cache=st.booleans(),
+)
 def test_one_replica_cluster_is_the_single_engine(sc, policy, router, cache):
     note(f"TOPAS_HYPOTHESIS_SEED={SEED}")
     single = _run(policy, sc, cache)
     cl = _run_cluster(policy, router, 1, sc, cache).as_sim_result()
-    assert [(t.task_id, t.finished_s) for t in cl.tasks] == \
-        sorted((t.task_id, t.finished_s) for t in single.tasks)
-    assert [(r.task_id, r.stage, r.round_index, r.admitted_s, r.cached_tokens)
-            for r in cl.requests] == \
-        [(r.task_id, r.stage, r.round_index, r.admitted_s, r.cached_tokens)
-         for r in sorted(single.requests, key=lambda r: r.request_id)]
+    assert [(t.task_id, t.finished_s) for t in cl.tasks] == sorted(
+        (t.task_id, t.finished_s) for t in single.tasks
+    )
+    assert [
+        (r.task_id, r.stage, r.round_index, r.admitted_s, r.cached_tokens) for r in cl.requests
+    ] == [
+        (r.task_id, r.stage, r.round_index, r.admitted_s, r.cached_tokens)
+        for r in sorted(single.requests, key=lambda r: r.request_id)
+    ]

@@ -27,10 +27,17 @@ def big_prefix_trace(path, n: int = 35, seed: int = 4) -> None:
                 ids = list(range(nxt, nxt + rnd.randint(51, 61)))
                 nxt += len(ids)
                 chains.append(ids)
-            f.write(json.dumps({"timestamp": 1000 * i,
-                                "input_length": 512 * len(ids) - rnd.randint(0, 500),
-                                "output_length": rnd.choice([2, 8, 30, 300]),
-                                "hash_ids": ids}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "timestamp": 1000 * i,
+                        "input_length": 512 * len(ids) - rnd.randint(0, 500),
+                        "output_length": rnd.choice([2, 8, 30, 300]),
+                        "hash_ids": ids,
+                    }
+                )
+                + "\n"
+            )
 
 
 @pytest.mark.parametrize("policy", [p.name for p in list_policies()])

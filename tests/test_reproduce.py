@@ -16,6 +16,7 @@ from topas.reproduce import runner as RR
 
 # -- arithmetic on hand-made numbers --------------------------------------------------------
 
+
 def test_change_vs_best_lower_is_better():
     vals = {"fcfs": 100.0, "spf": 80.0, "lpm": 90.0, "topas": 60.0}
     assert R.change_vs_best(vals) == ("spf", 80.0, pytest.approx(-25.0))
@@ -29,8 +30,11 @@ def test_change_vs_best_higher_is_better_and_losing():
 
 
 def test_change_vs_best_ignores_failed_baselines_and_needs_target():
-    assert R.change_vs_best({"fcfs": float("nan"), "lpm": 50.0, "topas": 55.0}) == \
-        ("lpm", 50.0, pytest.approx(10.0))
+    assert R.change_vs_best({"fcfs": float("nan"), "lpm": 50.0, "topas": 55.0}) == (
+        "lpm",
+        50.0,
+        pytest.approx(10.0),
+    )
     with pytest.raises(ValueError, match="target"):
         R.change_vs_best({"fcfs": 1.0})
     with pytest.raises(ValueError, match="no baseline"):
@@ -51,31 +55,45 @@ def _fake(mean, p99, thr):
 def test_main_table_picks_the_best_baseline_per_metric():
     """spf is best on mean JCT, lpm on p99, autellix-las on throughput: each metric is
     compared with its own best baseline, averaged over seeds first."""
-    cfg = R.Config(workloads=("chain3",), policies=("spf", "lpm", "autellix-las", "topas"),
-                   seeds=(3, 4), tasks=5, paper_rates=False)
+    cfg = R.Config(
+        workloads=("chain3",),
+        policies=("spf", "lpm", "autellix-las", "topas"),
+        seeds=(3, 4),
+        tasks=5,
+        paper_rates=False,
+    )
     pl = R.plan(cfg)
     r = pl.busy_rate["chain3"]
     per = {  # per policy, per seed
-        "spf": [_fake(10, 40, 1.0), _fake(12, 44, 1.0)],        # mean 11, p99 42
-        "lpm": [_fake(20, 30, 1.1), _fake(22, 34, 1.1)],        # mean 21, p99 32
+        "spf": [_fake(10, 40, 1.0), _fake(12, 44, 1.0)],  # mean 11, p99 42
+        "lpm": [_fake(20, 30, 1.1), _fake(22, 34, 1.1)],  # mean 21, p99 32
         "autellix-las": [_fake(30, 50, 2.0), _fake(30, 50, 2.0)],
-        "topas": [_fake(8.8, 36, 1.5), _fake(8.8, 28, 1.5)],    # mean 8.8, p99 32
+        "topas": [_fake(8.8, 36, 1.5), _fake(8.8, 28, 1.5)],  # mean 8.8, p99 32
     }
     results = {}
     for j in pl.sweep:
         if j.rate == r:
             results[j] = per[j.policy][cfg.seeds.index(j.seed)]
-    fake = rep.Reproduction(cfg=cfg, plan=pl, results=results, alternation=[], toy={},
-                            command="x", wall_s=0, jobs=1, version="v")
+    fake = rep.Reproduction(
+        cfg=cfg,
+        plan=pl,
+        results=results,
+        alternation=[],
+        toy={},
+        command="x",
+        wall_s=0,
+        jobs=1,
+        version="v",
+    )
     (row,) = rep.main_table_rows(fake)
     assert row["change"]["mean_jct_s"] == ("spf", 11.0, pytest.approx(-20.0))
     assert row["change"]["p99_jct_s"] == ("lpm", 32.0, pytest.approx(0.0))
-    assert row["change"]["throughput_requests_per_s"] == ("autellix-las", 2.0,
-                                                          pytest.approx(-25.0))
-    assert row["stats"]["mean_jct_s"]["spf"].sd == pytest.approx(2 ** 0.5)
+    assert row["change"]["throughput_requests_per_s"] == ("autellix-las", 2.0, pytest.approx(-25.0))
+    assert row["stats"]["mean_jct_s"]["spf"].sd == pytest.approx(2**0.5)
 
 
 # -- plan and configuration -----------------------------------------------------------------
+
 
 def test_plan_full_has_five_seeds_four_rates_and_paper_rates():
     pl = R.plan(R.Config())
@@ -83,8 +101,10 @@ def test_plan_full_has_five_seeds_four_rates_and_paper_rates():
     for w in ("chain3", "dag4", "dag10wide", "metagpt-sop", "metagpt-tl"):
         rates = {j.rate for j in pl.sweep if j.workload == w}
         assert len(rates) >= 4 and pl.busy_rate[w] in rates
-    assert {(j.workload, j.rate) for j in pl.paper_rate} == {("metagpt-tl", 0.0175),
-                                                             ("metagpt-sop", 0.15)}
+    assert {(j.workload, j.rate) for j in pl.paper_rate} == {
+        ("metagpt-tl", 0.0175),
+        ("metagpt-sop", 0.15),
+    }
     assert 0.0175 in pl.ablation_rates
     assert {j.policy for j in pl.ablation} == set(R.ABLATION_POLICIES)
     # jobs shared between experiments run once
@@ -107,6 +127,7 @@ def test_cli_rejects_tuning_seed(capsys):
 
 # -- motivating measurements and the Gantt conversion ----------------------------------------
 
+
 def test_toy_srpt_beats_lpm():
     out = R.motivation_toy(("spf", "lpm"))
     assert out["spf"]["mean_jct_s"] < out["lpm"]["mean_jct_s"]
@@ -122,23 +143,32 @@ def test_alternation_shrinks_batches_and_stretches_makespan():
 
 
 def test_gantt_splits_preempted_requests():
-    timeline = [("prefix-in", "A", 0.0, "compute"), ("preempt", 7, 2.0),
-                ("prefix-out", "A", 2.0, "swap"), ("prefix-in", "A", 5.0, "in"),
-                ("request", 7, 0, "s", "A", 0.0, 9.0)]
+    timeline = [
+        ("prefix-in", "A", 0.0, "compute"),
+        ("preempt", 7, 2.0),
+        ("prefix-out", "A", 2.0, "swap"),
+        ("prefix-in", "A", 5.0, "in"),
+        ("request", 7, 0, "s", "A", 0.0, 9.0),
+    ]
     g = R.gantt(timeline, [(7, 0.0), (7, 5.0)], end_s=10.0)
     assert g["prefixes"]["A"] == [(0.0, 2.0, "compute"), (5.0, 10.0, "in")]
-    assert [(b["start_s"], b["end_s"], b["finished"]) for b in g["requests"]] == \
-        [(0.0, 2.0, False), (5.0, 9.0, True)]
+    assert [(b["start_s"], b["end_s"], b["finished"]) for b in g["requests"]] == [
+        (0.0, 2.0, False),
+        (5.0, 9.0, True),
+    ]
 
 
 # -- markdown -> html ------------------------------------------------------------------------
 
+
 def test_md_to_html_tables_code_images():
     """The page is markdown-it-py's CommonMark + tables; headings carry the anchors the
     report's in-page links use."""
-    md = ("# T\n\ntext with `a|b` and **bold**\n\n| x | y |\n|---|---|\n| 1 | 2 |\n\n"
-          "![plot](img/p.png)\n\n```\nx < y\n```\n- one\n- two\n\n"
-          "see [failed](#failed-runs)\n\n## Failed runs\n")
+    md = (
+        "# T\n\ntext with `a|b` and **bold**\n\n| x | y |\n|---|---|\n| 1 | 2 |\n\n"
+        "![plot](img/p.png)\n\n```\nx < y\n```\n- one\n- two\n\n"
+        "see [failed](#failed-runs)\n\n## Failed runs\n"
+    )
     h = rep.md_to_html(md, "t <title>")
     assert h.startswith("<!DOCTYPE html>") and "<title>t &lt;title&gt;</title>" in h
     assert '<h1 id="t">T</h1>' in h and '<h2 id="failed-runs">Failed runs</h2>' in h
@@ -152,9 +182,15 @@ def test_md_to_html_tables_code_images():
 
 # -- end to end ------------------------------------------------------------------------------
 
-TINY = dict(workloads=("chain3", "metagpt-tl"), policies=("fcfs", "spf", "topas-paper", "topas"),
-            ablation_policies=("topas-paper", "topas-base"), seeds=(3,), tasks=2,
-            paired_seeds=(3, 4), other_workloads=("react",))
+TINY = dict(
+    workloads=("chain3", "metagpt-tl"),
+    policies=("fcfs", "spf", "topas-paper", "topas"),
+    ablation_policies=("topas-paper", "topas-base"),
+    seeds=(3,),
+    tasks=2,
+    paired_seeds=(3, 4),
+    other_workloads=("react",),
+)
 
 
 def test_end_to_end_tiny_writes_report_atomically_and_resumes(tmp_path, monkeypatch):
@@ -177,20 +213,33 @@ def test_end_to_end_tiny_writes_report_atomically_and_resumes(tmp_path, monkeypa
     res, files = RC.reproduce(cfg, out, jobs=1, progress=False, command="topas reproduce t")
     md = (out / "results.md").read_text()
     html_text = (out / "results.html").read_text()
-    for needle in ("## Main table", "topas vs best baseline (ours)", "-27.5%",
-                   "topas-paper vs best baseline (ours)",
-                   "## Paired comparison: topas against the best baseline", "**Scoreboard**",
-                   "## The flagship's departures from the paper, one at a time",
-                   "without hol_block", "react (0.025, 2)",
-                   "## Ablation (metagpt-tl)", "## Scheduling overhead",
-                   "(a) Two agents served alternately", "(b) Two-task toy",
-                   "topas run --workload chain3 --policy P --rate 0.25 --tasks 2 --seed S",
-                   "seeds 3"):
+    for needle in (
+        "## Main table",
+        "topas vs best baseline (ours)",
+        "-27.5%",
+        "topas-paper vs best baseline (ours)",
+        "## Paired comparison: topas against the best baseline",
+        "**Scoreboard**",
+        "## The flagship's departures from the paper, one at a time",
+        "without hol_block",
+        "react (0.025, 2)",
+        "## Ablation (metagpt-tl)",
+        "## Scheduling overhead",
+        "(a) Two agents served alternately",
+        "(b) Two-task toy",
+        "topas run --workload chain3 --policy P --rate 0.25 --tasks 2 --seed S",
+        "seeds 3",
+    ):
         assert needle in md, needle
     assert "<table>" in html_text and 'src="img/toy-gantt.png"' in html_text
     pngs = sorted(p.name for p in (out / "img").glob("*.png"))
-    assert {"toy-gantt.png", "ablation.png", "jct-cdf.png", "sweep-chain3.png",
-            "paired.png"} <= set(pngs)
+    assert {
+        "toy-gantt.png",
+        "ablation.png",
+        "jct-cdf.png",
+        "sweep-chain3.png",
+        "paired.png",
+    } <= set(pngs)
     for p in (out / "img").glob("*.png"):
         assert p.read_bytes()[:4] == b"\x89PNG"
     # every report file arrived by a rename from a temporary file in the same folder
@@ -213,8 +262,9 @@ def test_end_to_end_tiny_writes_report_atomically_and_resumes(tmp_path, monkeypa
     assert set(res2.results) == set(res.results)
     # report-only rebuilds from the cache of the last computing run, even after a code change
     monkeypatch.setattr(RR, "code_version", lambda: "changed")
-    res3, _ = RC.reproduce(cfg, out, jobs=1, progress=False, command="topas reproduce t",
-                            report_only=True)
+    res3, _ = RC.reproduce(
+        cfg, out, jobs=1, progress=False, command="topas reproduce t", report_only=True
+    )
     assert res3.version == res.version and set(res3.results) == set(res.results)
     assert f"code version `{res.version}`" in (out / "results.md").read_text()
     with pytest.raises(ValueError, match="no cached run that computed"):
@@ -233,6 +283,7 @@ def test_missing_cache_entry_is_rerun(tmp_path):
 
 # -- bad input and interrupts (issue 14) -------------------------------------------------------
 
+
 def test_transient_failures_are_reported_not_cached(tmp_path, monkeypatch):
     import topas.api
 
@@ -250,7 +301,6 @@ def test_transient_failures_are_reported_not_cached(tmp_path, monkeypatch):
     assert "error" not in again[job] and len(list(tmp_path.glob("*.json"))) == 1
 
 
-
 def _default_sigint() -> None:
     """The child takes Ctrl-C even when this run inherited SIGINT ignored (a background job
     of a non-interactive shell, e.g. `nohup .ci/run &`): Python leaves an ignored SIGINT
@@ -258,6 +308,7 @@ def _default_sigint() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 
 def test_sigint_stops_reproduce_fast_and_keeps_a_resumable_cache(tmp_path):
     import signal
@@ -267,11 +318,27 @@ def test_sigint_stops_reproduce_fast_and_keeps_a_resumable_cache(tmp_path):
 
     out = tmp_path / "rep"
     cache = out / "cache"
-    proc = subprocess.Popen([sys.executable, "-m", "topas.cli", "reproduce", "--quick",
-                             "--workloads", "chain3", "--tasks", "2", "--jobs", "2",
-                             "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=_default_sigint)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "topas.cli",
+            "reproduce",
+            "--quick",
+            "--workloads",
+            "chain3",
+            "--tasks",
+            "2",
+            "--jobs",
+            "2",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_default_sigint,
+    )
     try:
         t0 = time.monotonic()
         while not list(cache.glob("*.json")) and time.monotonic() - t0 < 120:
@@ -288,13 +355,15 @@ def test_sigint_stops_reproduce_fast_and_keeps_a_resumable_cache(tmp_path):
     assert proc.returncode == 130 and stopped_s < 2.0, (proc.returncode, stopped_s, err)
     assert "interrupted" in err and "resumes" in err and "Traceback" not in err
     assert not (out / "results.md").exists()
-    assert not [p for p in cache.iterdir() if p.name.startswith(".") and
-                p.name != ".gitignore"]  # no temporary file of a killed writer
+    assert not [
+        p for p in cache.iterdir() if p.name.startswith(".") and p.name != ".gitignore"
+    ]  # no temporary file of a killed writer
     entries = list(cache.glob("*.json"))
     version = R.code_version()
-    plan_jobs = {j.key(version): j for j in R.plan(R.Config(quick=True, seeds=(3,),
-                                                            workloads=("chain3",),
-                                                            tasks=2)).all_jobs()}
+    plan_jobs = {
+        j.key(version): j
+        for j in R.plan(R.Config(quick=True, seeds=(3,), workloads=("chain3",), tasks=2)).all_jobs()
+    }
     assert entries and all(p.stem in plan_jobs for p in entries)
     done = [plan_jobs[p.stem] for p in entries]
     for p in entries:

@@ -69,8 +69,11 @@ class FakeBackend:
                     self.send_header("Transfer-Encoding", "chunked")
                     self.end_headers()
                     for i in range(3):
-                        ev = b"data: " + json.dumps({"choices": [{"text": str(i)}]}).encode() \
+                        ev = (
+                            b"data: "
+                            + json.dumps({"choices": [{"text": str(i)}]}).encode()
                             + b"\n\n"
+                        )
                         self.wfile.write(b"%x\r\n%s\r\n" % (len(ev), ev))
                         self.wfile.flush()
                         if i == 0:
@@ -79,16 +82,20 @@ class FakeBackend:
                     self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(ev), ev))
                     self.wfile.flush()
                     return
-                self._send(200, {"object": "text_completion", "backend": fake.name,
-                                 "choices": [{"text": "ok", "index": 0}],
-                                 "usage": {"prompt_tokens": 1,
-                                           "completion_tokens": obj.get("out", 1)}})
+                self._send(
+                    200,
+                    {
+                        "object": "text_completion",
+                        "backend": fake.name,
+                        "choices": [{"text": "ok", "index": 0}],
+                        "usage": {"prompt_tokens": 1, "completion_tokens": obj.get("out", 1)},
+                    },
+                )
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,),
-                                       daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
 
     def posts(self) -> list[dict]:
@@ -138,9 +145,14 @@ def _get(url: str, path: str):
 
 
 def _call(task, stage, agent, n_prompt=40, prefix=16, rnd=0):
-    return {"model": "m", "prompt": list(range(n_prompt)), "max_tokens": 2,
-            "vllm_xargs": make_tag(task=task, stage=stage, agent=agent, prefix_tokens=prefix,
-                                   round_index=rnd)}
+    return {
+        "model": "m",
+        "prompt": list(range(n_prompt)),
+        "max_tokens": 2,
+        "vllm_xargs": make_tag(
+            task=task, stage=stage, agent=agent, prefix_tokens=prefix, round_index=rnd
+        ),
+    }
 
 
 def _where(svc_url, body) -> int:
@@ -157,8 +169,11 @@ def test_body_forwarded_unchanged_and_response_relayed(backends):
         assert h["x-fake"] == "b0" and h["x-topas-backend"] == "0"
         assert json.loads(body)["backend"] == "b0"
         assert backends[0].got[-1] == ("POST", "/v1/completions", raw)  # byte for byte
-        chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}],
-                "vllm_xargs": make_tag(task="t", stage="s", agent="a")}
+        chat = {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "vllm_xargs": make_tag(task="t", stage="s", agent="a"),
+        }
         st, h, _ = _post(svc.url, chat, path="/v1/chat/completions")
         assert st == 200 and h["x-topas-backend"] == "1"
         assert backends[1].got[-1][1] == "/v1/chat/completions"
@@ -195,10 +210,17 @@ def test_task_affinity_keeps_tasks_and_stages_together(backends):
 def test_prefix_affinity_follows_the_agents_prefix(backends):
     # prefix 200 of 220 prompt tokens: the cached share clears the 0.3 threshold
     with RouterService([b.url for b in backends], router="prefix-affinity") as svc:
-        first = {ag: _where(svc.url, _call(f"{ag}-0", "s", ag, n_prompt=220, prefix=200))
-                 for ag in ("coder", "critic")}
-        again = {ag: [_where(svc.url, _call(f"{ag}-{k}", "s", ag, n_prompt=220, prefix=200))
-                      for k in range(1, 4)] for ag in ("coder", "critic")}
+        first = {
+            ag: _where(svc.url, _call(f"{ag}-0", "s", ag, n_prompt=220, prefix=200))
+            for ag in ("coder", "critic")
+        }
+        again = {
+            ag: [
+                _where(svc.url, _call(f"{ag}-{k}", "s", ag, n_prompt=220, prefix=200))
+                for k in range(1, 4)
+            ]
+            for ag in ("coder", "critic")
+        }
         for ag in first:  # new tasks of the same agent: to the backend holding its prefix
             assert again[ag] == [first[ag]] * 3
 
@@ -209,8 +231,9 @@ def test_streaming_is_relayed_chunk_by_chunk(backends):
         c = http.client.HTTPConnection(host, int(port), timeout=10)
         body = json.dumps({"model": "m", "prompt": "x", "stream": True}).encode()
         backends[0].gate.clear()  # the backend holds the rest until the first event is here
-        c.request("POST", "/v1/completions", body=body,
-                  headers={"Content-Type": "application/json"})
+        c.request(
+            "POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"}
+        )
         r = c.getresponse()
         assert r.status == 200 and r.getheader("Content-Type") == "text/event-stream"
         assert r.getheader("Transfer-Encoding") == "chunked"
@@ -224,16 +247,34 @@ def test_streaming_is_relayed_chunk_by_chunk(backends):
         assert json.loads(events[0][6:])["choices"][0]["text"] == "0"
 
 
-@pytest.mark.parametrize("raw,needle", [
-    (b"{not json", "body: not valid JSON"),
-    (b"[1, 2]", "body: must be a JSON object"),
-    (json.dumps({"prompt": "x", "vllm_xargs": "oops"}).encode(), "vllm_xargs: must be"),
-    (json.dumps({"prompt": "x", "vllm_xargs": {"topas_task": "t", "topas_stage": "s",
-                                                "topas_agent": "a", "topas_round": -1}}).encode(),
-     "topas_round: must be an integer"),
-    (json.dumps({"prompt": "x", "vllm_xargs": {"topas_task": "t", "topas_agent": "a"}}).encode(),
-     "topas_stage: required"),
-])
+@pytest.mark.parametrize(
+    "raw,needle",
+    [
+        (b"{not json", "body: not valid JSON"),
+        (b"[1, 2]", "body: must be a JSON object"),
+        (json.dumps({"prompt": "x", "vllm_xargs": "oops"}).encode(), "vllm_xargs: must be"),
+        (
+            json.dumps(
+                {
+                    "prompt": "x",
+                    "vllm_xargs": {
+                        "topas_task": "t",
+                        "topas_stage": "s",
+                        "topas_agent": "a",
+                        "topas_round": -1,
+                    },
+                }
+            ).encode(),
+            "topas_round: must be an integer",
+        ),
+        (
+            json.dumps(
+                {"prompt": "x", "vllm_xargs": {"topas_task": "t", "topas_agent": "a"}}
+            ).encode(),
+            "topas_stage: required",
+        ),
+    ],
+)
 def test_bad_input_is_a_one_line_400(backends, raw, needle):
     with RouterService([b.url for b in backends[:1]]) as svc:
         st, h, body = _post(svc.url, None, raw=raw)
@@ -287,9 +328,12 @@ def test_helpers_and_validation():
     assert estimate_prompt_tokens({"prompt": [1, 2, 3]}) == 3
     assert estimate_prompt_tokens({"prompt": [[1, 2], [3]]}) == 3
     assert estimate_prompt_tokens({"prompt": "abcdefghi"}) == 3  # ceil(9 / 4)
-    assert estimate_prompt_tokens({"messages": [{"content": "abcd"},
-                                                {"content": [{"type": "text",
-                                                              "text": "abcd"}]}]}) == 2
+    assert (
+        estimate_prompt_tokens(
+            {"messages": [{"content": "abcd"}, {"content": [{"type": "text", "text": "abcd"}]}]}
+        )
+        == 2
+    )
     assert parse_backend_url("http://h:81/x/") == ("http", "h", 81, "/x")
     for bad in ("ftp://h", "http://", "http://h:99999", "http://h:1/v1", "http://h?q=1"):
         with pytest.raises(ValueError) as e:
@@ -307,8 +351,7 @@ def test_helpers_and_validation():
 def test_cli_errors_are_one_line(capsys):
     assert cli_main(["router", "--backend", "ftp://x"]) == 2
     assert cli_main(["router", "--backend", "http://127.0.0.1:9", "--router", "nope"]) == 2
-    assert cli_main(["router", "--backend", "http://127.0.0.1:9",
-                     "--router-param", "bogus=1"]) == 2
+    assert cli_main(["router", "--backend", "http://127.0.0.1:9", "--router-param", "bogus=1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(ln.startswith("topas router: error: ") for ln in err)
     assert "scheme" in err[0] and "unknown" in err[1] and "bad parameters" in err[2]
@@ -332,5 +375,10 @@ def test_output_lengths_are_learned_per_agent_from_usage(backends):
         assert _post(svc.url, {**_call("t2", "s", "critic"), "out": 7})[0] == 200
         assert _post(svc.url, _call("t3", "s", "coder"))[0] == 200
         assert _post(svc.url, _call("t4", "s", "critic"))[0] == 200
-    assert seen == [("coder", None), ("coder", 10.0), ("critic", None), ("coder", 20.0),
-                    ("critic", 7.0)]
+    assert seen == [
+        ("coder", None),
+        ("coder", 10.0),
+        ("critic", None),
+        ("coder", 20.0),
+        ("critic", 7.0),
+    ]

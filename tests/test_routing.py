@@ -32,16 +32,42 @@ def _prefixes(**where: str) -> dict[str, PrefixState]:
     return out
 
 
-def replica(rid: int, *, running: int = 0, waiting: int = 0, queued: int = 0, used: int = 0,
-            prefixes: dict | None = None, contexts: dict | None = None) -> ReplicaView:
+def replica(
+    rid: int,
+    *,
+    running: int = 0,
+    waiting: int = 0,
+    queued: int = 0,
+    used: int = 0,
+    prefixes: dict | None = None,
+    contexts: dict | None = None,
+) -> ReplicaView:
     ctx = dict(contexts or {})
-    return ReplicaView(rid, running, waiting, queued, used, BUDGET, prefixes or {},
-                       lambda key: ctx.get(key, 0), COST)
+    return ReplicaView(
+        rid,
+        running,
+        waiting,
+        queued,
+        used,
+        BUDGET,
+        prefixes or {},
+        lambda key: ctx.get(key, 0),
+        COST,
+    )
 
 
 def request(**kw) -> RouteRequest:
-    base = dict(task_id=7, workflow="w", stage="code", agent="eng", round_index=0,
-                prompt_tokens=1000, prefix_tokens=4000, time_s=10.0, task_arrival_s=0.0)
+    base = dict(
+        task_id=7,
+        workflow="w",
+        stage="code",
+        agent="eng",
+        round_index=0,
+        prompt_tokens=1000,
+        prefix_tokens=4000,
+        time_s=10.0,
+        task_arrival_s=0.0,
+    )
     base.update(kw)
     return RouteRequest(**base)
 
@@ -61,8 +87,10 @@ def test_least_outstanding_ignores_cache_and_breaks_ties_by_kv():
     warm = replica(0, running=3, prefixes=_prefixes(eng="device"))
     assert r.route(request(), view(warm, replica(1, running=2))) == 1
     # equal load: the one with less KV in use
-    assert r.route(request(), view(replica(0, running=2, used=900),
-                                   replica(1, running=2, used=100))) == 1
+    assert (
+        r.route(request(), view(replica(0, running=2, used=900), replica(1, running=2, used=100)))
+        == 1
+    )
 
 
 def test_prefix_affinity_follows_the_cached_prefix_until_load_is_imbalanced():
@@ -73,8 +101,7 @@ def test_prefix_affinity_follows_the_cached_prefix_until_load_is_imbalanced():
     # imbalanced (100 - 5 > 64 and 100 > 1.5 * 5): least loaded, cache or not
     assert r.route(request(), view(replica(0, running=5), replica(1, running=100, **warm))) == 0
     # nothing cached anywhere worth the threshold: the replica with the most free KV
-    assert r.route(request(prefix_tokens=0), view(replica(0, used=5000),
-                                                  replica(1, used=100))) == 1
+    assert r.route(request(prefix_tokens=0), view(replica(0, used=5000), replica(1, used=100))) == 1
     # a small prefix share (100 of 10,100 < 30 %) does not pull the call
     small = request(prefix_tokens=100, prompt_tokens=10_000)
     assert r.route(small, view(replica(0, used=5000, **warm), replica(1, used=100))) == 1
@@ -86,8 +113,12 @@ def test_prefix_affinity_counts_the_stages_context():
     ctx = {(7, "code"): 6000}
     req = request(round_index=2, prompt_tokens=8000)
     # same prefix on both; only replica 0 has the stage's context
-    assert r.route(req, view(replica(0, prefixes=both, contexts=ctx, running=3),
-                             replica(1, prefixes=both))) == 0
+    assert (
+        r.route(
+            req, view(replica(0, prefixes=both, contexts=ctx, running=3), replica(1, prefixes=both))
+        )
+        == 0
+    )
 
 
 def test_task_affinity_keeps_a_task_where_its_context_is():
@@ -127,10 +158,16 @@ def test_topas_router_counts_a_full_kv_as_waiting():
     assert r.expected_finish_s(request(), full) > r.expected_finish_s(request(), roomy)
 
 
-@pytest.mark.parametrize("name, params", [("nope", {}), ("prefix-affinity", {"bogus": 1}),
-                                          ("prefix-affinity", {"cache_threshold": 2.0}),
-                                          ("task-affinity", {"balance_abs": -1}),
-                                          ("topas", {"expected_output_tokens": 0})])
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("nope", {}),
+        ("prefix-affinity", {"bogus": 1}),
+        ("prefix-affinity", {"cache_threshold": 2.0}),
+        ("task-affinity", {"balance_abs": -1}),
+        ("topas", {"expected_output_tokens": 0}),
+    ],
+)
 def test_make_router_rejects_bad_names_and_parameters(name, params):
     with pytest.raises(ValueError) as e:
         make_router(name, **params)
@@ -144,9 +181,17 @@ def test_every_registered_router_returns_a_valid_replica():
 
 
 def _two_tasks() -> tuple[list[Task], dict[str, Agent]]:
-    tasks = [Task(k, 0.1 * k, (Stage("s0", "a", (Call(50, 5, 0.1), Call(80, 5))),
-                               Stage("s1", "b", (Call(40, 4),), ("s0",))))
-             for k in range(4)]
+    tasks = [
+        Task(
+            k,
+            0.1 * k,
+            (
+                Stage("s0", "a", (Call(50, 5, 0.1), Call(80, 5))),
+                Stage("s1", "b", (Call(40, 4),), ("s0",)),
+            ),
+        )
+        for k in range(4)
+    ]
     return tasks, {"a": Agent("a", 300), "b": Agent("b", 200)}
 
 
@@ -158,16 +203,28 @@ def test_cluster_rejects_a_router_that_names_no_replica():
             return len(view.replicas)
 
     tasks, agents = _two_tasks()
-    cl = Cluster(tasks, agents, get_profile("a100-80g/qwen2.5-32b"),
-                 lambda: make_policy("fcfs"), Bad(), replicas=2)
+    cl = Cluster(
+        tasks,
+        agents,
+        get_profile("a100-80g/qwen2.5-32b"),
+        lambda: make_policy("fcfs"),
+        Bad(),
+        replicas=2,
+    )
     with pytest.raises(RouterError, match=r"'bad' returned 2, not a replica id in 0\.\.1"):
         cl.run()
 
 
 def test_task_affinity_cluster_keeps_each_task_on_one_replica():
     tasks, agents = _two_tasks()
-    cres = Cluster(tasks, agents, get_profile("a100-80g/qwen2.5-32b"),
-                   lambda: make_policy("fcfs"), make_router("task-affinity"), replicas=2).run()
+    cres = Cluster(
+        tasks,
+        agents,
+        get_profile("a100-80g/qwen2.5-32b"),
+        lambda: make_policy("fcfs"),
+        make_router("task-affinity"),
+        replicas=2,
+    ).run()
     where = {}
     for rid, r in enumerate(cres.replicas):
         for q in r.requests:
@@ -175,26 +232,57 @@ def test_task_affinity_cluster_keeps_each_task_on_one_replica():
     assert all(len(v) == 1 for v in where.values())
     assert len({next(iter(v)) for v in where.values()}) == 2  # the tasks spread
     assert cres.moved_contexts == 0
-    rr = Cluster(tasks, agents, get_profile("a100-80g/qwen2.5-32b"),
-                 lambda: make_policy("fcfs"), make_router("round-robin"), replicas=2).run()
+    rr = Cluster(
+        tasks,
+        agents,
+        get_profile("a100-80g/qwen2.5-32b"),
+        lambda: make_policy("fcfs"),
+        make_router("round-robin"),
+        replicas=2,
+    ).run()
     assert rr.moved_contexts > 0  # round-robin moves stages between rounds
 
 
 def test_cli_replicas_and_router(capsys):
-    assert main(["run", "--workload", "dag4", "--policy", "continuum", "--tasks", "6",
-                 "--replicas", "2", "--router", "least-outstanding", "--json"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--workload",
+                "dag4",
+                "--policy",
+                "continuum",
+                "--tasks",
+                "6",
+                "--replicas",
+                "2",
+                "--router",
+                "least-outstanding",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["replicas"] == 2 and out["router"] == "least-outstanding"
     assert sum(r["requests"] for r in out["per_replica"]) == out["requests"]
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--replicas", "0"], "--replicas"),
-    (["--replicas", "2", "--router", "nope"], "--router: invalid choice: 'nope'"),
-    (["--replicas", "2", "--router", "topas", "--router-param", "externality=20"],
-     "router 'topas': externality 20: must be in [0, 10]"),
-    (["--replicas", "2", "--router-param", "oops"], "--router-param 'oops': expected KEY=VALUE"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--replicas", "0"], "--replicas"),
+        (["--replicas", "2", "--router", "nope"], "--router: invalid choice: 'nope'"),
+        (
+            ["--replicas", "2", "--router", "topas", "--router-param", "externality=20"],
+            "router 'topas': externality 20: must be in [0, 10]",
+        ),
+        (
+            ["--replicas", "2", "--router-param", "oops"],
+            "--router-param 'oops': expected KEY=VALUE",
+        ),
+    ],
+)
 def test_cli_rejects_bad_cluster_arguments(argv, needle, capsys):
     assert main(["run", "--workload", "dag4", "--tasks", "2"] + argv) != 0
     err = capsys.readouterr().err
@@ -218,16 +306,21 @@ def test_topas_router_uses_the_learned_output_length():
     short = r.expected_finish_s(request(expected_output_tokens=16.0), rep)
     long = r.expected_finish_s(request(expected_output_tokens=1024.0), rep)
     assert long > short
-    assert r.expected_finish_s(request(), rep) == \
-        r.expected_finish_s(request(expected_output_tokens=128.0), rep)  # the default
+    assert r.expected_finish_s(request(), rep) == r.expected_finish_s(
+        request(expected_output_tokens=128.0), rep
+    )  # the default
 
 
 def test_calls_routed_at_one_instant_see_each_other():
     """Two tasks arriving together: the second call's view counts the first as queued on
     its replica before that replica has seen it, so least-outstanding spreads them."""
     tasks = [Task(k, 0.0, (Stage("s0", "a", (Call(50, 5),)),)) for k in range(2)]
-    cres = Cluster(tasks, {"a": Agent("a", 100)}, get_profile("a100-80g/qwen2.5-32b"),
-                   lambda: make_policy("fcfs"), make_router("least-outstanding"),
-                   replicas=2).run()
+    cres = Cluster(
+        tasks,
+        {"a": Agent("a", 100)},
+        get_profile("a100-80g/qwen2.5-32b"),
+        lambda: make_policy("fcfs"),
+        make_router("least-outstanding"),
+        replicas=2,
+    ).run()
     assert cres.routed == [1, 1]
-

@@ -31,26 +31,43 @@ def test_seed_forms():
     assert G.parse_seeds("3..6") == (3, 4, 5, 6)
     assert G.parse_seeds([1, "4..5", 9]) == (1, 4, 5, 9)
     assert G.parse_seeds(7) == (7,)
-    for bad, msg in (("6..3", "empty range"), ("a..3", "A..B"), ("3-5", "A..B"),
-                     ([3, 3], "twice"), ("-2..1", ">= 0"), ([], "at least one"),
-                     (True, "A..B"), (1.5, "A..B")):
+    for bad, msg in (
+        ("6..3", "empty range"),
+        ("a..3", "A..B"),
+        ("3-5", "A..B"),
+        ([3, 3], "twice"),
+        ("-2..1", ">= 0"),
+        ([], "at least one"),
+        (True, "A..B"),
+        (1.5, "A..B"),
+    ):
         with pytest.raises(ValueError, match=msg):
             G.parse_seeds(bad)
 
 
 def test_grid_expands_to_the_runners_jobs():
-    g = G.parse_grid({"workloads": ["chain3", "dag4"], "policies": ["fcfs", "topas"],
-                      "seeds": "3..4", "rate_multipliers": [1.0, 1.25],
-                      "n_tasks": {"dag4": 5}, "params": {"topas": {"rho": 0.5}},
-                      "context_cache": [False, True]})
+    g = G.parse_grid(
+        {
+            "workloads": ["chain3", "dag4"],
+            "policies": ["fcfs", "topas"],
+            "seeds": "3..4",
+            "rate_multipliers": [1.0, 1.25],
+            "n_tasks": {"dag4": 5},
+            "params": {"topas": {"rho": 0.5}},
+            "context_cache": [False, True],
+        }
+    )
     jobs = g.jobs()
     assert len(jobs) == 2 * 2 * 2 * 2 * 2 == len(set(jobs))
-    assert {j.rate for j in jobs if j.workload == "chain3"} == {rate_of("chain3", 1.0),
-                                                                rate_of("chain3", 1.25)}
+    assert {j.rate for j in jobs if j.workload == "chain3"} == {
+        rate_of("chain3", 1.0),
+        rate_of("chain3", 1.25),
+    }
     from topas.workloads import get_workload
 
-    assert {j.n_tasks for j in jobs if j.workload == "chain3"} == \
-        {get_workload("chain3").default_tasks}
+    assert {j.n_tasks for j in jobs if j.workload == "chain3"} == {
+        get_workload("chain3").default_tasks
+    }
     assert {j.n_tasks for j in jobs if j.workload == "dag4"} == {5}
     assert {j.params for j in jobs if j.policy == "topas"} == {(("rho", 0.5),)}
     assert {j.params for j in jobs if j.policy == "fcfs"} == {()}
@@ -59,30 +76,42 @@ def test_grid_expands_to_the_runners_jobs():
     assert Job("chain3", "fcfs", rate_of("chain3", 1.0), 3, n, False) in jobs
 
 
-@pytest.mark.parametrize("doc,msg", [
-    ({"policies": ["fcfs"]}, "workloads: missing"),
-    ({"workloads": ["chain3"], "policies": ["fcfs"], "sedes": [3]}, "unknown key 'sedes'"),
-    ({"workloads": ["chain3"], "policies": ["nope"]}, "policy 'nope': unknown"),
-    ({"workloads": ["nope"], "policies": ["fcfs"]}, "workload 'nope': unknown"),
-    ({"workloads": ["chain3"], "policies": ["fcfs"], "rates": [1], "rate_multipliers": [1]},
-     "one of them"),
-    ({"workloads": ["chain3"], "policies": ["fcfs"], "rates": [-1]}, "rates -1"),
-    ({"workloads": ["chain3"], "policies": ["fcfs"], "n_tasks": 0}, "n_tasks 0"),
-    ({"workloads": ["chain3"], "policies": ["fcfs"], "n_tasks": {"dag4": 3}},
-     "'dag4' is not one of the workloads"),
-    ({"workloads": ["chain3"], "policies": ["fcfs"], "params": {"topas": {"rho": 1}}},
-     "'topas' is not one of the policies"),
-    ({"workloads": ["chain3"], "policies": ["topas"], "params": {"topas": {"rho": "x"}}},
-     "rho='x'"),
-    ({"workloads": ["chain3"], "policies": ["fcfs"], "context_cache": "yes"},
-     "context_cache"),
-    ({"workloads": ["chain3"], "policies": ["fcfs"], "baseline": "spf"}, "baseline 'spf'"),
-    ({"workloads": ["chain3"], "policies": ["fcfs", "spf"], "baseline": "spf", "seeds": 3},
-     "at least 2 seeds"),
-    ({"workloads": ["chain3"], "policies": ["fcfs", "fcfs"]}, "twice"),
-    ({"workloads": ["chain3"], "policies": ["fcfs"], "seeds": "0..2000000"}, "more than"),
-    ([1, 2], "top level must be a mapping"),
-])
+@pytest.mark.parametrize(
+    "doc,msg",
+    [
+        ({"policies": ["fcfs"]}, "workloads: missing"),
+        ({"workloads": ["chain3"], "policies": ["fcfs"], "sedes": [3]}, "unknown key 'sedes'"),
+        ({"workloads": ["chain3"], "policies": ["nope"]}, "policy 'nope': unknown"),
+        ({"workloads": ["nope"], "policies": ["fcfs"]}, "workload 'nope': unknown"),
+        (
+            {"workloads": ["chain3"], "policies": ["fcfs"], "rates": [1], "rate_multipliers": [1]},
+            "one of them",
+        ),
+        ({"workloads": ["chain3"], "policies": ["fcfs"], "rates": [-1]}, "rates -1"),
+        ({"workloads": ["chain3"], "policies": ["fcfs"], "n_tasks": 0}, "n_tasks 0"),
+        (
+            {"workloads": ["chain3"], "policies": ["fcfs"], "n_tasks": {"dag4": 3}},
+            "'dag4' is not one of the workloads",
+        ),
+        (
+            {"workloads": ["chain3"], "policies": ["fcfs"], "params": {"topas": {"rho": 1}}},
+            "'topas' is not one of the policies",
+        ),
+        (
+            {"workloads": ["chain3"], "policies": ["topas"], "params": {"topas": {"rho": "x"}}},
+            "rho='x'",
+        ),
+        ({"workloads": ["chain3"], "policies": ["fcfs"], "context_cache": "yes"}, "context_cache"),
+        ({"workloads": ["chain3"], "policies": ["fcfs"], "baseline": "spf"}, "baseline 'spf'"),
+        (
+            {"workloads": ["chain3"], "policies": ["fcfs", "spf"], "baseline": "spf", "seeds": 3},
+            "at least 2 seeds",
+        ),
+        ({"workloads": ["chain3"], "policies": ["fcfs", "fcfs"]}, "twice"),
+        ({"workloads": ["chain3"], "policies": ["fcfs"], "seeds": "0..2000000"}, "more than"),
+        ([1, 2], "top level must be a mapping"),
+    ],
+)
 def test_bad_grids_name_the_key(doc, msg):
     with pytest.raises(ValueError, match=msg):
         G.parse_grid(doc)
@@ -105,8 +134,9 @@ def test_sweep_writes_results_atomically_and_resumes(tmp_path, monkeypatch, caps
     monkeypatch.setattr(RR, "code_version", lambda: "v1")
     renamed: list[str] = []
     real = summary_mod.os.replace
-    monkeypatch.setattr(summary_mod.os, "replace",
-                        lambda s, d: (renamed.append(Path(d).name), real(s, d))[1])
+    monkeypatch.setattr(
+        summary_mod.os, "replace", lambda s, d: (renamed.append(Path(d).name), real(s, d))[1]
+    )
     out = tmp_path / "o"
     assert main(["sweep", str(_tiny(tmp_path)), "--jobs", "1", "--out", str(out)]) == 0
     text = capsys.readouterr().out
@@ -134,14 +164,14 @@ def test_sweep_writes_results_atomically_and_resumes(tmp_path, monkeypatch, caps
 def test_sweep_failed_run_exits_1(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(RR, "code_version", lambda: "v1")
     monkeypatch.setattr(RR, "run_job", lambda job: {"error": "ValueError: no", "job_wall_s": 0})
-    assert main(["sweep", str(_tiny(tmp_path)), "--jobs", "1", "--out",
-                 str(tmp_path / "o")]) == 1
+    assert main(["sweep", str(_tiny(tmp_path)), "--jobs", "1", "--out", str(tmp_path / "o")]) == 1
     cap = capsys.readouterr()
     assert "4 of 4 runs failed" in cap.err
     assert "ValueError: no" in (tmp_path / "o" / "sweep.csv").read_text()
 
 
 # -- the executor interface ------------------------------------------------------------------
+
 
 class Recording(EX.Executor):
     """A custom executor: runs in this process and records what run_jobs asked of it."""
@@ -195,8 +225,13 @@ def test_run_jobs_stops_the_executor_on_interrupt(tmp_path):
     ex = Interrupted()
     (tmp_path / ".x.json.tmp123").write_text("partial")  # a killed writer's leftover
     with pytest.raises(KeyboardInterrupt):
-        RR.run_jobs([Job("chain3", "fcfs", 0.25, 3, 2), Job("chain3", "fcfs", 0.25, 4, 2)],
-                    tmp_path, progress=False, version="v", executor=ex)
+        RR.run_jobs(
+            [Job("chain3", "fcfs", 0.25, 3, 2), Job("chain3", "fcfs", 0.25, 4, 2)],
+            tmp_path,
+            progress=False,
+            version="v",
+            executor=ex,
+        )
     assert ex.calls == ["start", "stop"]
     assert not list(tmp_path.glob(".*.json.*"))
 

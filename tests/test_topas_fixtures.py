@@ -19,8 +19,13 @@ from topas.engine.snapshot import (
 COST = get_profile("a100-80g/qwen2.5-32b").cost_model()
 
 
-def make_task(task_id: int, stages: dict[str, tuple[str, tuple[str, ...], StageStatus]],
-              arrival_s: float = 0.0, version: int = 1, kind: str | None = None) -> TaskState:
+def make_task(
+    task_id: int,
+    stages: dict[str, tuple[str, tuple[str, ...], StageStatus]],
+    arrival_s: float = 0.0,
+    version: int = 1,
+    kind: str | None = None,
+) -> TaskState:
     """``stages``: name -> (agent, deps, status); stage kind = name unless ``kind``."""
     succ: dict[str, list[str]] = {n: [] for n in stages}
     for n, (_, deps, _) in stages.items():
@@ -37,9 +42,17 @@ def make_task(task_id: int, stages: dict[str, tuple[str, tuple[str, ...], StageS
     return ts
 
 
-def make_request(rid: int, task: TaskState, stage: str, prompt: int, prefix: int,
-                 ready_s: float = 0.0, running: bool = False, generated: int = 0,
-                 credit: float = 0.0) -> RequestState:
+def make_request(
+    rid: int,
+    task: TaskState,
+    stage: str,
+    prompt: int,
+    prefix: int,
+    ready_s: float = 0.0,
+    running: bool = False,
+    generated: int = 0,
+    credit: float = 0.0,
+) -> RequestState:
     st = task.stages[stage]
     r = RequestState(rid, task.task_id, stage, st.agent, 0, prompt, prefix, ready_s, seq=rid)
     if running:
@@ -54,8 +67,14 @@ def make_request(rid: int, task: TaskState, stage: str, prompt: int, prefix: int
     return r
 
 
-def make_prefix(agent: str, tokens: int, resident: bool, on_host: bool = True,
-                users: int = 0, last_used_s: float = 0.0) -> PrefixState:
+def make_prefix(
+    agent: str,
+    tokens: int,
+    resident: bool,
+    on_host: bool = True,
+    users: int = 0,
+    last_used_s: float = 0.0,
+) -> PrefixState:
     p = PrefixState(agent, tokens)
     p.location = Location.DEVICE if resident else (Location.HOST if on_host else Location.NONE)
     p.on_host = on_host
@@ -65,22 +84,46 @@ def make_prefix(agent: str, tokens: int, resident: bool, on_host: bool = True,
     return p
 
 
-def history(agent: str, kind: str, services: list[float], rounds: int = 1,
-            out: int = 200) -> list[StageRecord]:
+def history(
+    agent: str, kind: str, services: list[float], rounds: int = 1, out: int = 200
+) -> list[StageRecord]:
     return [StageRecord("test", kind, agent, rounds, out, s, s) for s in services]
 
 
-def make_snapshot(*, time_s: float = 0.0, budget: int = 32768, prefixes=(), running=(),
-                  waiting=(), tasks=(), hist=None, held=None, preemption: str = "sglang",
-                  max_batch: int = 256) -> Snapshot:
+def make_snapshot(
+    *,
+    time_s: float = 0.0,
+    budget: int = 32768,
+    prefixes=(),
+    running=(),
+    waiting=(),
+    tasks=(),
+    hist=None,
+    held=None,
+    preemption: str = "sglang",
+    max_batch: int = 256,
+) -> Snapshot:
     prefixes = {p.agent: p for p in prefixes}
     for r in running:
         prefixes[r.agent].users += 0  # users are set by the caller
     used = sum(p.tokens for p in prefixes.values() if p.location == Location.DEVICE)
     used += sum(r.kv_tokens for r in running)
-    cfg = EngineConfig(kv_budget_tokens=budget, max_batch_requests=max_batch,
-                       preemption=preemption, host_capacity_tokens=10**6)
-    return Snapshot(time_s=time_s, event="test", config=cfg, cost=COST, used_kv_tokens=used,
-                    prefixes=prefixes, running=tuple(running), waiting=tuple(waiting),
-                    tasks={t.task_id: t for t in tasks}, held=held or {},
-                    history=hist if hist is not None else {})
+    cfg = EngineConfig(
+        kv_budget_tokens=budget,
+        max_batch_requests=max_batch,
+        preemption=preemption,
+        host_capacity_tokens=10**6,
+    )
+    return Snapshot(
+        time_s=time_s,
+        event="test",
+        config=cfg,
+        cost=COST,
+        used_kv_tokens=used,
+        prefixes=prefixes,
+        running=tuple(running),
+        waiting=tuple(waiting),
+        tasks={t.task_id: t for t in tasks},
+        held=held or {},
+        history=hist if hist is not None else {},
+    )

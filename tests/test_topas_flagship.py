@@ -23,8 +23,9 @@ def test_all_departures_off_is_the_paper_policy():
     off = "+".join(DEPARTURES)
     for snap in (aging_state(), diamond_state(), move_state(), preempt_state(10, 0.0)):
         assert decide(snap, off=off) == make_policy("topas-paper", seed=0).decide(snap)
-    assert flagship_params(tuple(DEPARTURES)) == {k: v for _, p in DEPARTURES.values()
-                                                  for k, v in p.items()}
+    assert flagship_params(tuple(DEPARTURES)) == {
+        k: v for _, p in DEPARTURES.values() for k, v in p.items()
+    }
 
 
 def test_no_preempt_keeps_the_running_request():
@@ -38,10 +39,12 @@ def test_no_preempt_keeps_the_running_request():
 def small_requests_state(n: int = 4):
     """``n`` one-stage tasks of a resident agent, all fitting at once."""
     tasks = [make_task(i, {"a": ("A", (), S.READY)}, arrival_s=float(i)) for i in range(1, n + 1)]
-    reqs = [make_request(i, t, "a", 500, 2000, ready_s=float(i)) for i, t in
-            enumerate(tasks, start=1)]
-    return make_snapshot(time_s=10.0, prefixes=[make_prefix("A", 2000, True)], waiting=reqs,
-                         tasks=tasks)
+    reqs = [
+        make_request(i, t, "a", 500, 2000, ready_s=float(i)) for i, t in enumerate(tasks, start=1)
+    ]
+    return make_snapshot(
+        time_s=10.0, prefixes=[make_prefix("A", 2000, True)], waiting=reqs, tasks=tasks
+    )
 
 
 def test_uncapped_admits_every_request_that_fits():
@@ -68,9 +71,14 @@ def hol_state():
     r_young = make_request(2, young, "a", 1000, 2000, ready_s=5.0)
     running = make_task(3, {"a": ("A", (), S.READY)}, arrival_s=-10.0)
     r_run = make_request(3, running, "a", 3000, 2000, running=True, generated=10)
-    return make_snapshot(time_s=10.0, budget=2000 + 3010 + 3500,
-                         prefixes=[make_prefix("A", 2000, True, users=1)],
-                         running=[r_run], waiting=[r_old, r_young], tasks=[old, young, running])
+    return make_snapshot(
+        time_s=10.0,
+        budget=2000 + 3010 + 3500,
+        prefixes=[make_prefix("A", 2000, True, users=1)],
+        running=[r_run],
+        waiting=[r_old, r_young],
+        tasks=[old, young, running],
+    )
 
 
 def test_hol_block_keeps_memory_for_the_blocked_oldest_request():
@@ -81,12 +89,18 @@ def test_hol_block_keeps_memory_for_the_blocked_oldest_request():
 def group_state():
     """Both prefixes resident; tasks 1 and 3 (oldest and third) wait on agent X, tasks 2 and
     4 on agent Y; the free KV fits two requests."""
-    tasks = [make_task(i, {"s": ("X" if i % 2 else "Y", (), S.READY)}, arrival_s=float(i))
-             for i in (1, 2, 3, 4)]
+    tasks = [
+        make_task(i, {"s": ("X" if i % 2 else "Y", (), S.READY)}, arrival_s=float(i))
+        for i in (1, 2, 3, 4)
+    ]
     reqs = [make_request(t.task_id, t, "s", 1000, 2000, ready_s=t.arrival_s) for t in tasks]
-    return make_snapshot(time_s=10.0, budget=4000 + 2 * (1000 + 153) + 300,
-                         prefixes=[make_prefix("X", 2000, True), make_prefix("Y", 2000, True)],
-                         waiting=reqs, tasks=tasks)
+    return make_snapshot(
+        time_s=10.0,
+        budget=4000 + 2 * (1000 + 153) + 300,
+        prefixes=[make_prefix("X", 2000, True), make_prefix("Y", 2000, True)],
+        waiting=reqs,
+        tasks=tasks,
+    )
 
 
 def test_group_density_packs_one_agents_group_together():
@@ -109,10 +123,15 @@ def held_state():
     # and a running request keeps the engine busy (an idle engine would release every hold)
     t4 = make_task(4, {"r": ("A", (), S.READY)}, arrival_s=-1.0)
     r4 = make_request(4, t4, "r", 500, 1000, running=True, generated=10)
-    s = make_snapshot(time_s=8.0, budget=20000 + 510 + 16, waiting=[r2], running=[r4],
-                      tasks=[t1, t2, t3, t4], held={(1, "s"): h, (3, "z"): hz},
-                      prefixes=[make_prefix("A", 1000, True, users=1),
-                                make_prefix("Z", 14400, True, users=1)])
+    s = make_snapshot(
+        time_s=8.0,
+        budget=20000 + 510 + 16,
+        waiting=[r2],
+        running=[r4],
+        tasks=[t1, t2, t3, t4],
+        held={(1, "s"): h, (3, "z"): hz},
+        prefixes=[make_prefix("A", 1000, True, users=1), make_prefix("Z", 14400, True, users=1)],
+    )
     return dataclasses.replace(s, used_kv_tokens=1000 + 14400 + 1000 + 510)
 
 
@@ -134,8 +153,10 @@ def test_reserve_keeps_more_headroom():
 def test_backfill_admits_past_the_blocked_request_only_what_does_not_delay_it():
     # hol_state with 1.5k more free tokens: when the running request finishes, the blocked
     # 6k request fits with room to spare beside it, where the young 1k request fits too
-    snap = dataclasses.replace(hol_state(), config=dataclasses.replace(
-        hol_state().config, kv_budget_tokens=2000 + 3010 + 5000))
+    snap = dataclasses.replace(
+        hol_state(),
+        config=dataclasses.replace(hol_state().config, kv_budget_tokens=2000 + 3010 + 5000),
+    )
     assert decide(snap, off="backfill").admit == ()  # head-of-line blocking alone: it waits
     assert decide(snap).admit == (2,)  # the flagship backfills
     # in hol_state the room beside the blocked request is too small: admitting the young
@@ -146,13 +167,23 @@ def test_backfill_admits_past_the_blocked_request_only_what_does_not_delay_it():
 def size_state():
     """The older task 1 has three chained stages left, the younger task 2 one stage; the free
     KV fits one request."""
-    t1 = make_task(1, {"a": ("A", (), S.READY), "b": ("A", ("a",), S.PENDING),
-                       "c": ("A", ("b",), S.PENDING)}, arrival_s=0.0)
+    t1 = make_task(
+        1,
+        {"a": ("A", (), S.READY), "b": ("A", ("a",), S.PENDING), "c": ("A", ("b",), S.PENDING)},
+        arrival_s=0.0,
+    )
     t2 = make_task(2, {"a": ("A", (), S.READY)}, arrival_s=1.0)
-    reqs = [make_request(1, t1, "a", 1000, 2000, ready_s=0.0),
-            make_request(2, t2, "a", 1000, 2000, ready_s=1.0)]
-    return make_snapshot(time_s=2.0, budget=2000 + 1000 + 153 + 500,
-                         prefixes=[make_prefix("A", 2000, True)], waiting=reqs, tasks=[t1, t2])
+    reqs = [
+        make_request(1, t1, "a", 1000, 2000, ready_s=0.0),
+        make_request(2, t2, "a", 1000, 2000, ready_s=1.0),
+    ]
+    return make_snapshot(
+        time_s=2.0,
+        budget=2000 + 1000 + 153 + 500,
+        prefixes=[make_prefix("A", 2000, True)],
+        waiting=reqs,
+        tasks=[t1, t2],
+    )
 
 
 def test_rank_key_remaining_puts_the_shorter_task_first():
@@ -166,20 +197,31 @@ def test_tail_q_puts_a_task_older_than_the_runs_tail_ahead_of_the_size_rank():
     # ten tasks of the same run (one history object) are seen to finish by 60 s, 59.1-60 s
     # after they arrived; task 1 (three stages left) is then 60 s old, task 2 (one) 30 s
     def state(time_s, tasks_extra=(), hist=None):
-        t1 = make_task(1, {"a": ("A", (), S.READY), "b": ("A", ("a",), S.PENDING),
-                           "c": ("A", ("b",), S.PENDING)}, arrival_s=0.0)
+        t1 = make_task(
+            1,
+            {"a": ("A", (), S.READY), "b": ("A", ("a",), S.PENDING), "c": ("A", ("b",), S.PENDING)},
+            arrival_s=0.0,
+        )
         t2 = make_task(2, {"a": ("A", (), S.READY)}, arrival_s=30.0)
-        reqs = [make_request(1, t1, "a", 1000, 2000, ready_s=0.0),
-                make_request(2, t2, "a", 1000, 2000, ready_s=30.0)]
-        return make_snapshot(time_s=time_s, budget=2000 + 1000 + 153 + 500,
-                             prefixes=[make_prefix("A", 2000, True)], waiting=reqs,
-                             tasks=[t1, t2, *tasks_extra], hist=hist)
+        reqs = [
+            make_request(1, t1, "a", 1000, 2000, ready_s=0.0),
+            make_request(2, t2, "a", 1000, 2000, ready_s=30.0),
+        ]
+        return make_snapshot(
+            time_s=time_s,
+            budget=2000 + 1000 + 153 + 500,
+            prefixes=[make_prefix("A", 2000, True)],
+            waiting=reqs,
+            tasks=[t1, t2, *tasks_extra],
+            hist=hist,
+        )
 
     def run(**params):
         pol = make_policy("topas", seed=0, rank_key="remaining", size_weight=1e6, **params)
         hist: dict = {}
-        others = [make_task(100 + k, {"a": ("A", (), S.RUNNING)}, arrival_s=k * 0.1)
-                  for k in range(10)]
+        others = [
+            make_task(100 + k, {"a": ("A", (), S.RUNNING)}, arrival_s=k * 0.1) for k in range(10)
+        ]
         pol.decide(state(0.0 + 1e-3, others, hist))
         snap = state(60.0, (), hist)
         for t in others:

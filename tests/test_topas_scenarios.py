@@ -24,10 +24,14 @@ def reuse_state():
     r1 = make_request(1, t1, "eng", 500, 2000, running=True, generated=5)
     r3 = make_request(3, t3, "eng", 500, 2000, running=True, generated=5)
     r2 = make_request(2, t2, "x", 1000, 9000)
-    prefixes = [make_prefix("TL", 20000, True, on_host=True), make_prefix("E", 2000, True, users=2),
-                make_prefix("X", 9000, False, on_host=True)]
-    return make_snapshot(prefixes=prefixes, running=[r1, r3], waiting=[r2], tasks=[t1, t2, t3],
-                         hist=hist)
+    prefixes = [
+        make_prefix("TL", 20000, True, on_host=True),
+        make_prefix("E", 2000, True, users=2),
+        make_prefix("X", 9000, False, on_host=True),
+    ]
+    return make_snapshot(
+        prefixes=prefixes, running=[r1, r3], waiting=[r2], tasks=[t1, t2, t3], hist=hist
+    )
 
 
 def test_reuse_keeps_the_teamleader_prefix_when_its_next_stages_are_about_to_be_ready():
@@ -42,14 +46,22 @@ def test_reuse_keeps_the_teamleader_prefix_when_its_next_stages_are_about_to_be_
 def aging_state():
     """Two single-ready-stage tasks of agent A; the budget fits one more request.  The old
     task has the longer remaining path, so without aging the new one (shorter) wins."""
-    old = make_task(1, {"a": ("A", (), S.READY), "b": ("A", ("a",), S.PENDING),
-                        "c": ("A", ("b",), S.PENDING)}, arrival_s=0.0, kind="s")
+    old = make_task(
+        1,
+        {"a": ("A", (), S.READY), "b": ("A", ("a",), S.PENDING), "c": ("A", ("b",), S.PENDING)},
+        arrival_s=0.0,
+        kind="s",
+    )
     new = make_task(2, {"a": ("A", (), S.READY)}, arrival_s=995.0, kind="s")
     r_old = make_request(1, old, "a", 3000, 4000, ready_s=0.0)
     r_new = make_request(2, new, "a", 3000, 4000, ready_s=995.0)
-    return make_snapshot(time_s=1000.0, budget=4000 + 3000 + 128 + 2000,
-                         prefixes=[make_prefix("A", 4000, True)], waiting=[r_old, r_new],
-                         tasks=[old, new])
+    return make_snapshot(
+        time_s=1000.0,
+        budget=4000 + 3000 + 128 + 2000,
+        prefixes=[make_prefix("A", 4000, True)],
+        waiting=[r_old, r_new],
+        tasks=[old, new],
+    )
 
 
 def test_aging_rescues_a_starving_old_task():
@@ -63,18 +75,27 @@ def test_aging_rescues_a_starving_old_task():
 def preempt_state(generated: int, credit: float, running_arrival_s: float = 990.0):
     """A running request of agent A blocks an old task's request of agent B; admitting B
     needs preempting A's request and evicting A."""
-    hist = {("A", "a"): history("A", "a", [60.0] * 8, out=2100),
-            ("B", "b"): history("B", "b", [5.0] * 8, out=100)}
+    hist = {
+        ("A", "a"): history("A", "a", [60.0] * 8, out=2100),
+        ("B", "b"): history("B", "b", [5.0] * 8, out=100),
+    }
     t1 = make_task(1, {"a": ("A", (), S.READY)}, arrival_s=running_arrival_s)
-    t2 = make_task(2, {"b": ("B", (), S.READY), "b2": ("B", ("b",), S.PENDING)},
-                   arrival_s=950.0)
-    r1 = make_request(1, t1, "a", 1000, 3000, running=True, generated=generated,
-                      ready_s=990.0, credit=credit)
+    t2 = make_task(2, {"b": ("B", (), S.READY), "b2": ("B", ("b",), S.PENDING)}, arrival_s=950.0)
+    r1 = make_request(
+        1, t1, "a", 1000, 3000, running=True, generated=generated, ready_s=990.0, credit=credit
+    )
     r2 = make_request(2, t2, "b", 1000, 3000, ready_s=950.0)
     prefixes = [make_prefix("A", 3000, True, users=1), make_prefix("B", 3000, False)]
     budget = 3000 + 1000 + generated + 1000 + 3000 // 2
-    return make_snapshot(time_s=1000.0, budget=budget, prefixes=prefixes, running=[r1],
-                         waiting=[r2], tasks=[t1, t2], hist=hist)
+    return make_snapshot(
+        time_s=1000.0,
+        budget=budget,
+        prefixes=prefixes,
+        running=[r1],
+        waiting=[r2],
+        tasks=[t1, t2],
+        hist=hist,
+    )
 
 
 def test_redo_cost_stops_preempting_a_nearly_finished_request():
@@ -104,8 +125,7 @@ def test_aged_revoke_stops_swapping_equally_old_tasks():
     params = dict(H_age=10.0)
     dec, _ = decide("topas-paper", preempt_state(10, 0.0, running_arrival_s=950.0), **params)
     assert dec.preempt == (1,) and dec.admit == (2,)
-    dec, ch = decide("topas-aged-revoke", preempt_state(10, 0.0, running_arrival_s=950.0),
-                     **params)
+    dec, ch = decide("topas-aged-revoke", preempt_state(10, 0.0, running_arrival_s=950.0), **params)
     assert dec.preempt == () and dec.admit == ()
     dec, ch = decide("topas-aged-revoke", preempt_state(10, 0.0), **params)
     assert dec.preempt == (1,) and dec.admit == (2,)
@@ -117,14 +137,20 @@ def move_state():
     """Two nearly equal-gain tasks; only one request fits.  A is resident, B must be
     recomputed (no host copy).  B's task arrived 0.3 s earlier, so its aged gain is slightly
     higher (by less than the recompute time of B's prefix)."""
-    ta = make_task(1, {"a": ("A", (), S.READY), "a2": ("A", ("a",), S.PENDING)}, kind="s",
-                   arrival_s=100.0)
+    ta = make_task(
+        1, {"a": ("A", (), S.READY), "a2": ("A", ("a",), S.PENDING)}, kind="s", arrival_s=100.0
+    )
     tb = make_task(2, {"b": ("B", (), S.READY)}, kind="s", arrival_s=99.7)
     ra = make_request(1, ta, "a", 2000, 3000)
     rb = make_request(2, tb, "b", 2000, 3000)
     prefixes = [make_prefix("A", 3000, True), make_prefix("B", 3000, False, on_host=False)]
-    return make_snapshot(time_s=100.0, budget=3000 + 2000 + 128 + 3000 + 500, prefixes=prefixes,
-                         waiting=[ra, rb], tasks=[ta, tb])
+    return make_snapshot(
+        time_s=100.0,
+        budget=3000 + 2000 + 128 + 3000 + 500,
+        prefixes=prefixes,
+        waiting=[ra, rb],
+        tasks=[ta, tb],
+    )
 
 
 def test_move_cost_prefers_the_resident_agent_when_gains_tie():
@@ -147,8 +173,15 @@ def diamond_state():
     residuals, so starting either one alone leaves the join waiting on the other (marginal
     gain 0), while starting both gains D_t.  The engine is idle."""
     hist = {("B", "b"): history("B", "b", [20.0] * 8), ("C", "c"): history("C", "c", [20.0] * 8)}
-    t = make_task(1, {"a": ("A", (), S.DONE), "b": ("B", ("a",), S.READY),
-                      "c": ("C", ("a",), S.READY), "d": ("D", ("b", "c"), S.PENDING)})
+    t = make_task(
+        1,
+        {
+            "a": ("A", (), S.DONE),
+            "b": ("B", ("a",), S.READY),
+            "c": ("C", ("a",), S.READY),
+            "d": ("D", ("b", "c"), S.PENDING),
+        },
+    )
     rb = make_request(1, t, "b", 1000, 4000)
     rc = make_request(2, t, "c", 1000, 4000)
     prefixes = [make_prefix("B", 4000, True), make_prefix("C", 4000, False)]
@@ -170,17 +203,25 @@ def long_prompt_state(prompt: int):
     """Like ``preempt_state`` but the running request has a long, fully prefilled prompt and
     has generated little: re-decoding is cheap, re-prefilling its prompt is not.  A's calls
     are short (so deferring B costs only a few seconds)."""
-    hist = {("A", "a"): history("A", "a", [4.0] * 8, out=40),
-            ("B", "b"): history("B", "b", [5.0] * 8, out=100)}
+    hist = {
+        ("A", "a"): history("A", "a", [4.0] * 8, out=40),
+        ("B", "b"): history("B", "b", [5.0] * 8, out=100),
+    }
     t1 = make_task(1, {"a": ("A", (), S.READY)}, arrival_s=990.0)
-    t2 = make_task(2, {"b": ("B", (), S.READY), "b2": ("B", ("b",), S.PENDING)},
-                   arrival_s=950.0)
+    t2 = make_task(2, {"b": ("B", (), S.READY), "b2": ("B", ("b",), S.PENDING)}, arrival_s=950.0)
     r1 = make_request(1, t1, "a", prompt, 3000, running=True, generated=10, ready_s=990.0)
     r2 = make_request(2, t2, "b", 1000, 3000, ready_s=950.0)
     prefixes = [make_prefix("A", 3000, True, users=1), make_prefix("B", 3000, False)]
     budget = 3000 + prompt + 10 + 1000 + 3000 // 2
-    return make_snapshot(time_s=1000.0, budget=budget, prefixes=prefixes, running=[r1],
-                         waiting=[r2], tasks=[t1, t2], hist=hist)
+    return make_snapshot(
+        time_s=1000.0,
+        budget=budget,
+        prefixes=prefixes,
+        running=[r1],
+        waiting=[r2],
+        tasks=[t1, t2],
+        hist=hist,
+    )
 
 
 def test_engine_redo_cost_counts_the_prompt_prefill_a_preemption_throws_away():

@@ -30,11 +30,23 @@ def states(draw):
         if a == "-":
             break
         rid += 1
-        t = make_task(rid, {"s": (a, (), S.READY), "n": (draw(st.sampled_from(agents)), ("s",),
-                                                        S.PENDING)}, arrival_s=0.0)
-        running.append(make_request(rid, t, "s", draw(st.integers(100, 2000)), pref[a],
-                                    running=True, generated=draw(st.integers(0, 300)),
-                                    credit=draw(st.floats(0, 20))))
+        t = make_task(
+            rid,
+            {"s": (a, (), S.READY), "n": (draw(st.sampled_from(agents)), ("s",), S.PENDING)},
+            arrival_s=0.0,
+        )
+        running.append(
+            make_request(
+                rid,
+                t,
+                "s",
+                draw(st.integers(100, 2000)),
+                pref[a],
+                running=True,
+                generated=draw(st.integers(0, 300)),
+                credit=draw(st.floats(0, 20)),
+            )
+        )
         users[a] += 1
         tasks.append(t)
     for _ in range(draw(st.integers(1, 4))):
@@ -43,22 +55,43 @@ def states(draw):
         if draw(st.booleans()):
             t = make_task(rid, {"s": (a, (), S.READY)}, arrival_s=draw(st.floats(0, 90)))
         else:
-            t = make_task(rid, {"s": (a, (), S.READY), "t": (a, (), S.READY),
-                                "u": (a, ("s", "t"), S.PENDING)},
-                          arrival_s=draw(st.floats(0, 90)))
+            t = make_task(
+                rid,
+                {"s": (a, (), S.READY), "t": (a, (), S.READY), "u": (a, ("s", "t"), S.PENDING)},
+                arrival_s=draw(st.floats(0, 90)),
+            )
             rid += 1
-            waiting.append(make_request(rid, t, "t", draw(st.integers(100, 3000)), pref[a],
-                                        ready_s=t.arrival_s))
-        waiting.append(make_request(rid if len(t.stages) == 1 else rid - 1, t, "s",
-                                    draw(st.integers(100, 3000)), pref[a], ready_s=t.arrival_s))
+            waiting.append(
+                make_request(
+                    rid, t, "t", draw(st.integers(100, 3000)), pref[a], ready_s=t.arrival_s
+                )
+            )
+        waiting.append(
+            make_request(
+                rid if len(t.stages) == 1 else rid - 1,
+                t,
+                "s",
+                draw(st.integers(100, 3000)),
+                pref[a],
+                ready_s=t.arrival_s,
+            )
+        )
         tasks.append(t)
-    prefixes = [make_prefix(a, pref[a], resident[a] or users[a] > 0, on_host=on_host[a],
-                            users=users[a]) for a in agents]
+    prefixes = [
+        make_prefix(a, pref[a], resident[a] or users[a] > 0, on_host=on_host[a], users=users[a])
+        for a in agents
+    ]
     used = sum(pref[a] for a in agents if resident[a] or users[a] > 0)
     used += sum(r.kv_tokens for r in running)
     budget = used + draw(st.integers(0, 8000))
-    return make_snapshot(time_s=100.0, budget=budget, prefixes=prefixes, running=running,
-                         waiting=waiting, tasks=tasks)
+    return make_snapshot(
+        time_s=100.0,
+        budget=budget,
+        prefixes=prefixes,
+        running=running,
+        waiting=waiting,
+        tasks=tasks,
+    )
 
 
 def footprint(snap, ctx, choice) -> int:
@@ -93,7 +126,9 @@ def brute_force(ctx: Context) -> float:
                         res.add(c.agent)
                     # keeping the running requests is always allowed, even when their
                     # reservations over-commit the budget; admissions must fit
-                    if (m and free < 0) or len(snap.running) - len(base.preempt) + m > ctx.max_batch:
+                    if (m and free < 0) or len(snap.running) - len(
+                        base.preempt
+                    ) + m > ctx.max_batch:
                         continue
                     # conditional gains in admission order, as GREEDYPACK credits them
                     j_admit = 0.0
@@ -108,14 +143,18 @@ def brute_force(ctx: Context) -> float:
                     r_in = res - ctx.resident0
                     t_in = {c.task_id for c in adm if c.agent in r_in}
                     moved = sum(ctx.c_in[a] for a in r_in) + sum(ctx.c_out[a] for a in base.evict)
-                    score = (j_admit - (moved * len(t_in) if r_in else 0.0) - base.terms[2]
-                             - base.terms[3] + sum(ctx.reuse.get(a, 0.0) for a in res))
+                    score = (
+                        j_admit
+                        - (moved * len(t_in) if r_in else 0.0)
+                        - base.terms[2]
+                        - base.terms[3]
+                        + sum(ctx.reuse.get(a, 0.0) for a in res)
+                    )
                     best = max(best, score)
     return best
 
 
-SETTINGS = settings(max_examples=60, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS
@@ -125,8 +164,11 @@ def test_enumeration_is_the_best_greedypack_and_never_beats_brute_force(snap):
     ctx = Context(pol, snap)
     best = pol.search(ctx)
     assert best is not None
-    per_set = [ctx.greedypack(frozenset(s)) for n in range(len(ctx.active) + 1)
-               for s in itertools.combinations(sorted(ctx.active), n)]
+    per_set = [
+        ctx.greedypack(frozenset(s))
+        for n in range(len(ctx.active) + 1)
+        for s in itertools.combinations(sorted(ctx.active), n)
+    ]
     # equal up to summation order of the same terms
     assert best.score == pytest.approx(max(c.score for c in per_set if c is not None), rel=1e-12)
     assert footprint(snap, ctx, best) <= snap.kv_budget_tokens
@@ -138,9 +180,14 @@ def test_enumeration_is_the_best_greedypack_and_never_beats_brute_force(snap):
 @given(states())
 def test_search_equals_brute_force_when_the_budget_is_not_binding(snap):
     # with room for every request, greedy packing is optimal: scores must match exactly
-    big = make_snapshot(time_s=snap.time_s, budget=snap.kv_budget_tokens + 10**6,
-                        prefixes=list(snap.prefixes.values()), running=list(snap.running),
-                        waiting=list(snap.waiting), tasks=list(snap.tasks.values()))
+    big = make_snapshot(
+        time_s=snap.time_s,
+        budget=snap.kv_budget_tokens + 10**6,
+        prefixes=list(snap.prefixes.values()),
+        running=list(snap.running),
+        waiting=list(snap.waiting),
+        tasks=list(snap.tasks.values()),
+    )
     pol = Topas(M=8, K=8)
     ctx = Context(pol, big)
     assert abs(pol.search(ctx).score - brute_force(ctx)) < 1e-9
@@ -160,5 +207,6 @@ def test_hierarchical_search_is_feasible_and_between_r_t_and_brute_force(snap):
     # on at most two active agents the local search visits every prefix subset
     if len(ctx.active) <= 2:
         full = Topas(M=8, K=4)
-        assert abs(h.score - full.search(Context(full, snap)).score) < 1e-9 or \
-            ctx._busy(h) != ctx._busy(full.search(Context(full, snap)))
+        assert abs(h.score - full.search(Context(full, snap)).score) < 1e-9 or ctx._busy(
+            h
+        ) != ctx._busy(full.search(Context(full, snap)))

@@ -31,13 +31,28 @@ def bad(**kv) -> dict:
 
 
 def test_tag_round_trip_and_flat_values():
-    tag = make_tag(task=7, stage="code", agent="eng", prefix_tokens=512, round_index=2,
-                   workflow="metagpt", kind="Engineer", dag=DAG, done=["plan"], arrival_s=12.5)
+    tag = make_tag(
+        task=7,
+        stage="code",
+        agent="eng",
+        prefix_tokens=512,
+        round_index=2,
+        workflow="metagpt",
+        kind="Engineer",
+        dag=DAG,
+        done=["plan"],
+        arrival_s=12.5,
+    )
     for v in tag.values():  # what vllm_xargs accepts
         assert isinstance(v, (str, int, float, list))
     t = parse_tag(tag)
-    assert (t.task, t.stage, t.agent, t.prefix_tokens, t.round_index) == ("7", "code", "eng",
-                                                                          512, 2)
+    assert (t.task, t.stage, t.agent, t.prefix_tokens, t.round_index) == (
+        "7",
+        "code",
+        "eng",
+        512,
+        2,
+    )
     assert [s.name for s in t.dag] == ["plan", "code"] and t.dag[1].deps == ("plan",)
     assert t.done == ("plan",) and t.kind == "Engineer" and t.arrival_s == 12.5
     assert not t.final and "topas_final" not in tag  # unknown: more calls may follow
@@ -48,19 +63,50 @@ def test_tag_round_trip_and_flat_values():
 def test_untagged_and_defaults():
     assert parse_tag(None) is None and parse_tag({"other": 1}) is None and parse_tag({}) is None
     assert parse_tag(["topas_task"]) is None  # not a mapping: no tag at all
-    t = parse_tag(bad(topas_prefix_tokens=None, topas_round=None, topas_dag=None,
-                      topas_done=None, topas_arrival_s=None, topas_final=None,
-                      topas_kind=None, topas_workflow=""))
+    t = parse_tag(
+        bad(
+            topas_prefix_tokens=None,
+            topas_round=None,
+            topas_dag=None,
+            topas_done=None,
+            topas_arrival_s=None,
+            topas_final=None,
+            topas_kind=None,
+            topas_workflow="",
+        )
+    )
     assert (t.prefix_tokens, t.round_index, t.dag, t.done, t.arrival_s, t.final) == (
-        0, 0, (), (), None, False)
+        0,
+        0,
+        (),
+        (),
+        None,
+        False,
+    )
     assert (t.kind, t.workflow) == ("code", "custom")
     # integral floats are integers (JSON clients send 512.0); the bounds are inclusive
     t = parse_tag(bad(topas_prefix_tokens=512.0, topas_round=MAX_INT, topas_final=1.0))
     assert (t.prefix_tokens, t.round_index, t.final) == (512, MAX_INT, True)
 
 
-NUMERIC_BAD = [math.inf, -math.inf, math.nan, -1, -0.5, 2.5, 10**30, 1e300, MAX_INT + 1, "12",
-               "abc", "", [1], {"a": 1}, True, False]
+NUMERIC_BAD = [
+    math.inf,
+    -math.inf,
+    math.nan,
+    -1,
+    -0.5,
+    2.5,
+    10**30,
+    1e300,
+    MAX_INT + 1,
+    "12",
+    "abc",
+    "",
+    [1],
+    {"a": 1},
+    True,
+    False,
+]
 
 
 @pytest.mark.parametrize("key", ["topas_prefix_tokens", "topas_round"])
@@ -71,8 +117,9 @@ def test_bad_integer_tags(key, value):
     assert e.value.key == key and "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, -1, -1e-9, "1700000000",
-                                   [1.0], {}, True], ids=repr)
+@pytest.mark.parametrize(
+    "value", [math.inf, -math.inf, math.nan, -1, -1e-9, "1700000000", [1.0], {}, True], ids=repr
+)
 def test_bad_arrival(value):
     with pytest.raises(TagError, match="topas_arrival_s") as e:
         parse_tag(bad(topas_arrival_s=value))
@@ -84,8 +131,9 @@ def test_arrival_bounds():
     assert parse_tag(bad(topas_arrival_s=1e300)).arrival_s == 1e300  # the engine clamps to now
 
 
-@pytest.mark.parametrize("value", [2, -1, 0.5, math.nan, math.inf, "1", "true", [1], {1: 1}],
-                         ids=repr)
+@pytest.mark.parametrize(
+    "value", [2, -1, 0.5, math.nan, math.inf, "1", "true", [1], {1: 1}], ids=repr
+)
 def test_bad_final(value):
     with pytest.raises(TagError, match="topas_final"):
         parse_tag(bad(topas_final=value))
@@ -97,28 +145,38 @@ def test_bad_task(value):
         parse_tag(bad(topas_task=value))
 
 
-@pytest.mark.parametrize("key,value", [
-    ("topas_stage", ""), ("topas_stage", None), ("topas_stage", 3), ("topas_agent", ["a"]),
-    ("topas_kind", 5), ("topas_workflow", ["w"]),
-])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("topas_stage", ""),
+        ("topas_stage", None),
+        ("topas_stage", 3),
+        ("topas_agent", ["a"]),
+        ("topas_kind", 5),
+        ("topas_workflow", ["w"]),
+    ],
+)
 def test_bad_names(key, value):
     with pytest.raises(TagError, match=key):
         parse_tag(bad(**{key: value}))
 
 
-@pytest.mark.parametrize("dag,pattern", [
-    (["a|x|k|b", "b|x|k|a", "code|eng|k|"], r"cycle through \['a', 'b'\]"),
-    (["code|eng|k|code"], r"stage 'code': depends on itself"),
-    (["code|eng|k|plan"], r"stage 'code': depends on unknown stage 'plan'"),
-    (["code|eng|k|", "code|x|k|"], r"duplicate stage names \['code'\]"),
-    (["code|eng|k"], r"is not 'stage\|agent\|kind\|dep1,dep2'"),
-    (["|eng|k|"], r"is not 'stage"),
-    (["code||k|"], r"is not 'stage"),
-    ([3], r"entry 3 is not"),
-    ("code|eng|k|", r"must be a list"),
-    ({"code": 1}, r"must be a list"),
-    ([f"s{i}|a|k|" for i in range(MAX_DAG_STAGES + 1)], r"more than 4096"),
-])
+@pytest.mark.parametrize(
+    "dag,pattern",
+    [
+        (["a|x|k|b", "b|x|k|a", "code|eng|k|"], r"cycle through \['a', 'b'\]"),
+        (["code|eng|k|code"], r"stage 'code': depends on itself"),
+        (["code|eng|k|plan"], r"stage 'code': depends on unknown stage 'plan'"),
+        (["code|eng|k|", "code|x|k|"], r"duplicate stage names \['code'\]"),
+        (["code|eng|k"], r"is not 'stage\|agent\|kind\|dep1,dep2'"),
+        (["|eng|k|"], r"is not 'stage"),
+        (["code||k|"], r"is not 'stage"),
+        ([3], r"entry 3 is not"),
+        ("code|eng|k|", r"must be a list"),
+        ({"code": 1}, r"must be a list"),
+        ([f"s{i}|a|k|" for i in range(MAX_DAG_STAGES + 1)], r"more than 4096"),
+    ],
+)
 def test_bad_dag(dag, pattern):
     with pytest.raises(TagError, match=pattern) as e:
         parse_tag(bad(topas_dag=dag))
@@ -127,21 +185,27 @@ def test_bad_dag(dag, pattern):
 
 
 def test_dag_in_any_order_becomes_topological():
-    t = parse_tag(bad(topas_dag=["test|qa|t|code", "code|eng|k|plan,spec", "plan|a|p|",
-                                 "spec|a|s|plan"]))
+    t = parse_tag(
+        bad(topas_dag=["test|qa|t|code", "code|eng|k|plan,spec", "plan|a|p|", "spec|a|s|plan"])
+    )
     pos = {s.name: k for k, s in enumerate(t.dag)}
     assert all(pos[d] < pos[s.name] for s in t.dag for d in s.deps)
     assert sorted(pos) == ["code", "plan", "spec", "test"]
     # a topological order is kept as the client gave it
     given_order = ["plan|a|p|", "spec|a|s|plan", "code|eng|k|plan,spec"]
-    assert [s.name for s in parse_tag(bad(topas_dag=given_order)).dag] == ["plan", "spec",
-                                                                             "code"]
+    assert [s.name for s in parse_tag(bad(topas_dag=given_order)).dag] == ["plan", "spec", "code"]
 
 
-@pytest.mark.parametrize("done,pattern", [
-    ("plan", "must be a list"), ([1], "entry 1"), ([""], "entry ''"),
-    (["nope"], "'nope' is not in topas_dag"), (["code"], "own stage"),
-])
+@pytest.mark.parametrize(
+    "done,pattern",
+    [
+        ("plan", "must be a list"),
+        ([1], "entry 1"),
+        ([""], "entry ''"),
+        (["nope"], "'nope' is not in topas_dag"),
+        (["code"], "own stage"),
+    ],
+)
 def test_bad_done(done, pattern):
     with pytest.raises(TagError, match=pattern):
         parse_tag(bad(topas_dag=encode_dag(DAG), topas_done=done))
@@ -152,22 +216,44 @@ def test_done_without_dag_is_not_checked_against_it():
 
 
 def test_make_tag_fails_on_the_client_with_tag_errors():
-    for kw in ({"prefix_tokens": math.inf}, {"round_index": math.nan}, {"prefix_tokens": -1},
-               {"arrival_s": math.nan}, {"done": "plan"}, {"final": 2},
-               {"dag": [("a|b", "x", "k", ())]}, {"dag": [("code", "eng", "k", "plan")]},
-               {"dag": [("code", "eng", "k", ("code",))]}):
+    for kw in (
+        {"prefix_tokens": math.inf},
+        {"round_index": math.nan},
+        {"prefix_tokens": -1},
+        {"arrival_s": math.nan},
+        {"done": "plan"},
+        {"final": 2},
+        {"dag": [("a|b", "x", "k", ())]},
+        {"dag": [("code", "eng", "k", "plan")]},
+        {"dag": [("code", "eng", "k", ("code",))]},
+    ):
         with pytest.raises(TagError):
             make_tag(task="x", stage="code", agent="a", **kw)
 
 
 JSONISH = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=True)
-    | st.text(max_size=8) | st.sampled_from(["code", "plan", "a|b|c|", "code|eng|k|plan",
-                                            "plan|a|p|", "plan|a|p|code"]),
-    lambda inner: st.lists(inner, max_size=4), max_leaves=8)
-KEYS = ["topas_task", "topas_stage", "topas_agent", "topas_kind", "topas_workflow",
-        "topas_prefix_tokens", "topas_round", "topas_dag", "topas_done", "topas_arrival_s",
-        "topas_final"]
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=True)
+    | st.text(max_size=8)
+    | st.sampled_from(["code", "plan", "a|b|c|", "code|eng|k|plan", "plan|a|p|", "plan|a|p|code"]),
+    lambda inner: st.lists(inner, max_size=4),
+    max_leaves=8,
+)
+KEYS = [
+    "topas_task",
+    "topas_stage",
+    "topas_agent",
+    "topas_kind",
+    "topas_workflow",
+    "topas_prefix_tokens",
+    "topas_round",
+    "topas_dag",
+    "topas_done",
+    "topas_arrival_s",
+    "topas_final",
+]
 
 
 @settings(max_examples=200, deadline=None)
@@ -196,12 +282,15 @@ def test_parse_tag_raises_only_tag_errors(extra, with_base):
 
 
 def test_tags_module_does_not_import_vllm():
-    code = ("import sys, topas.integrations.vllm.tags, topas.integrations.vllm.client; "
-            "assert 'vllm' not in sys.modules, 'vllm imported'")
+    code = (
+        "import sys, topas.integrations.vllm.tags, topas.integrations.vllm.client; "
+        "assert 'vllm' not in sys.modules, 'vllm imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 # -- the start-up check of vLLM's private scheduler internals (no vLLM needed) ---------------
+
 
 class _Pool:
     num_gpu_blocks = 8
@@ -239,6 +328,7 @@ class _Sched:
 
 def test_vllm_compat_check_passes_a_scheduler_with_every_part():
     from topas.integrations.vllm.compat import check_vllm, missing_parts
+
     s = _Sched(_Pool())
     assert missing_parts(s) == []
     check_vllm(s)
@@ -265,6 +355,7 @@ def test_vllm_compat_check_of_a_request():
     from types import SimpleNamespace
 
     from topas.integrations.vllm.compat import REQUEST_ATTRS, UnsupportedVLLM, check_request
+
     full = SimpleNamespace(**dict.fromkeys(REQUEST_ATTRS, 0))
     check_request(full)
     del full.num_preemptions

@@ -23,23 +23,37 @@ def one(stages, tid=0, at=0.0):
     return Task(tid, at, tuple(stages))
 
 
-@pytest.mark.parametrize("task,pattern", [
-    (one([Stage("x", "A", (Call(10, 10),), deps=("y",)), Stage("y", "A", (Call(10, 10),),
-                                                                 deps=("x",))]),
-     r"task 0: stage graph has a cycle through \['x', 'y'\]"),
-    (one([Stage("x", "A", (Call(10, 10),), deps=("x",))]), r"stage 'x': depends on itself"),
-    (one([Stage("x", "Z", (Call(10, 10),))]), r"stage 'x': unknown agent 'Z'"),
-    (one([Stage("x", "A", (Call(10, 10),), deps=("nope",))]), r"unknown stage 'nope'"),
-    (one([Stage("x", "A", (Call(0, 10),))]), r"call 0 prompt_tokens: must be an integer > 0"),
-    (one([Stage("x", "A", (Call(10, -3),))]), r"call 0 output_tokens: must be an integer > 0"),
-    (one([Stage("x", "A", (Call(10, 10, math.nan),))]), r"tool_delay_s: must be finite"),
-    (one([Stage("x", "A", (Call(10, 10),))], at=math.nan), r"task 0 arrival_s: must be finite"),
-    (one([Stage("x", "A", ())]), r"stage 'x': has no calls"),
-    (one([Stage("x", "A", (Call(10, 10),)), Stage("x", "B", (Call(10, 10),))]),
-     r"duplicate stage names \['x'\]"),
-    (one([Stage("x", "A", (Call(40_000, 10),))]), r"needs 41011 KV tokens .* more than the KV "
-                                                  r"budget of 32768"),
-])
+@pytest.mark.parametrize(
+    "task,pattern",
+    [
+        (
+            one(
+                [
+                    Stage("x", "A", (Call(10, 10),), deps=("y",)),
+                    Stage("y", "A", (Call(10, 10),), deps=("x",)),
+                ]
+            ),
+            r"task 0: stage graph has a cycle through \['x', 'y'\]",
+        ),
+        (one([Stage("x", "A", (Call(10, 10),), deps=("x",))]), r"stage 'x': depends on itself"),
+        (one([Stage("x", "Z", (Call(10, 10),))]), r"stage 'x': unknown agent 'Z'"),
+        (one([Stage("x", "A", (Call(10, 10),), deps=("nope",))]), r"unknown stage 'nope'"),
+        (one([Stage("x", "A", (Call(0, 10),))]), r"call 0 prompt_tokens: must be an integer > 0"),
+        (one([Stage("x", "A", (Call(10, -3),))]), r"call 0 output_tokens: must be an integer > 0"),
+        (one([Stage("x", "A", (Call(10, 10, math.nan),))]), r"tool_delay_s: must be finite"),
+        (one([Stage("x", "A", (Call(10, 10),))], at=math.nan), r"task 0 arrival_s: must be finite"),
+        (one([Stage("x", "A", ())]), r"stage 'x': has no calls"),
+        (
+            one([Stage("x", "A", (Call(10, 10),)), Stage("x", "B", (Call(10, 10),))]),
+            r"duplicate stage names \['x'\]",
+        ),
+        (
+            one([Stage("x", "A", (Call(40_000, 10),))]),
+            r"needs 41011 KV tokens .* more than the KV "
+            r"budget of 32768",
+        ),
+    ],
+)
 def test_bad_task_errors(task, pattern):
     with pytest.raises(WorkflowError, match=pattern) as e:
         sim([task])

@@ -21,9 +21,21 @@ from topas.workloads.declarative import builtin_names, load_workload_file, parse
 from topas.workloads.describe import describe_workload
 from topas.workloads.dists import SpecError, parse_dist
 
-BUILTINS = ["chain3", "dag4", "dag10wide", "metagpt-sop", "metagpt-tl", "react", "mapreduce",
-            "debate", "plan-execute", "supervisor", "groupchat", "mapreduce-hard",
-            "plan-execute-hard"]
+BUILTINS = [
+    "chain3",
+    "dag4",
+    "dag10wide",
+    "metagpt-sop",
+    "metagpt-tl",
+    "react",
+    "mapreduce",
+    "debate",
+    "plan-execute",
+    "supervisor",
+    "groupchat",
+    "mapreduce-hard",
+    "plan-execute-hard",
+]
 PROFILE = get_profile("a100-80g/qwen2.5-32b")
 
 
@@ -45,6 +57,7 @@ def test_every_builtin_is_registered_and_ships_as_yaml():
 @pytest.mark.parametrize("name", BUILTINS)
 def test_builtin_tasks_are_valid_and_fit_the_default_budget(name):
     from topas.workflow.model import validate_fits, validate_task
+
     wl, tasks = sample(name, 30)
     agents = {a.name: a for a in wl.agents}
     assert wl.default_rate > 0 and wl.default_tasks >= 1 and wl.description
@@ -111,8 +124,17 @@ def test_metagpt_sop_pipeline():
 
 def test_metagpt_tl_revisits_the_team_leader():
     wl, tasks = sample("metagpt-tl", 100)
-    roles = ["TeamLeader", "ProductManager", "TeamLeader", "Architect", "TeamLeader",
-             "Engineer", "TeamLeader", "DataAnalyst", "TeamLeader"]
+    roles = [
+        "TeamLeader",
+        "ProductManager",
+        "TeamLeader",
+        "Architect",
+        "TeamLeader",
+        "Engineer",
+        "TeamLeader",
+        "DataAnalyst",
+        "TeamLeader",
+    ]
     for t in tasks:
         assert [s.agent for s in t.stages] == roles
         names = [s.name for s in t.stages]
@@ -175,8 +197,9 @@ def test_plan_execute_supervisor_groupchat_structures():
 # --------------------------------------------------------------------------- statistics
 def test_fixed_lengths_are_exact():
     _, tasks = sample("dag10wide", 20)
-    assert {(c.prompt_tokens, c.output_tokens) for t in tasks for s in t.stages
-            for c in s.calls} == {(1024, 256)}
+    assert {
+        (c.prompt_tokens, c.output_tokens) for t in tasks for s in t.stages for c in s.calls
+    } == {(1024, 256)}
 
 
 def test_react_rounds_and_tool_delays_match_their_declared_distributions():
@@ -198,24 +221,32 @@ def test_metagpt_sop_lengths_match_the_calibration():
     files = np.array([sum(s.kind == "Engineer" for s in t.stages) for t in tasks])
     assert abs(files.mean() - 5.5) < 0.15  # uniform [3, 8]
     assert set(np.unique(files)) == set(range(3, 9))
-    writes = np.array([s.calls[0].output_tokens for t in tasks for s in t.stages
-                       if s.kind == "Engineer"])
+    writes = np.array(
+        [s.calls[0].output_tokens for t in tasks for s in t.stages if s.kind == "Engineer"]
+    )
     assert writes.min() >= 170 and writes.max() <= 820  # Parrot log range
     assert abs(np.median(writes) - 380) < 15
-    first = np.array([s.calls[0].prompt_tokens for t in tasks for s in t.stages
-                      if s.name == "Engineer.0"])
+    first = np.array(
+        [s.calls[0].prompt_tokens for t in tasks for s in t.stages if s.name == "Engineer.0"]
+    )
     assert abs(first.mean() - 3000) < 30 and first.min() >= 2400 and first.max() <= 3600
 
 
-@pytest.mark.parametrize("raw, mean, sd", [
-    ({"normal": {"mean": 100, "sd": 10}}, 100, 10),
-    ({"uniform": [3, 8]}, 5.5, np.sqrt((6**2 - 1) / 12)),
-    ({"lognormal": {"median": 50, "sigma": 0.5}}, 50 * np.exp(0.125),
-     50 * np.exp(0.125) * np.sqrt(np.exp(0.25) - 1)),
-    ({"gamma": {"mean": 40, "cv": 0.5}}, 40, 20),
-    ({"exponential": {"mean": 30}}, 30, 30),
-    ({"choice": [10, 20], "weights": [3, 1]}, 12.5, np.sqrt(0.75 * 0.25) * 10),
-])
+@pytest.mark.parametrize(
+    "raw, mean, sd",
+    [
+        ({"normal": {"mean": 100, "sd": 10}}, 100, 10),
+        ({"uniform": [3, 8]}, 5.5, np.sqrt((6**2 - 1) / 12)),
+        (
+            {"lognormal": {"median": 50, "sigma": 0.5}},
+            50 * np.exp(0.125),
+            50 * np.exp(0.125) * np.sqrt(np.exp(0.25) - 1),
+        ),
+        ({"gamma": {"mean": 40, "cv": 0.5}}, 40, 20),
+        ({"exponential": {"mean": 30}}, 30, 30),
+        ({"choice": [10, 20], "weights": [3, 1]}, 12.5, np.sqrt(0.75 * 0.25) * 10),
+    ],
+)
 def test_distribution_draws_match_their_declared_moments(raw, mean, sd):
     d = parse_dist(raw, "f.yaml: x", "count")
     assert d.mean == pytest.approx(mean)
@@ -258,8 +289,9 @@ class _Newest:
         if not snap.waiting:
             return Decision()
         plan = AdmissionPlan(snap)
-        plan.admit_in_order(sorted(snap.waiting, key=lambda r: -r.ready_s),
-                            stop_at_first_blocked=False)
+        plan.admit_in_order(
+            sorted(snap.waiting, key=lambda r: -r.ready_s), stop_at_first_blocked=False
+        )
         return plan.decision()
 
 
@@ -269,11 +301,19 @@ def test_every_policy_replays_the_same_trajectories():
     seen = []
     for pol in (make_policy("fcfs", seed=2), _Newest()):
         res = Simulator(tasks, agents, PROFILE, pol, seed=2).run()
-        seen.append(sorted((r.task_id, r.stage, r.round_index, r.prompt_tokens, r.output_tokens)
-                           for r in res.requests))
+        seen.append(
+            sorted(
+                (r.task_id, r.stage, r.round_index, r.prompt_tokens, r.output_tokens)
+                for r in res.requests
+            )
+        )
     assert seen[0] == seen[1]
-    truth = sorted((t.task_id, s.name, j, c.prompt_tokens, c.output_tokens)
-                   for t in tasks for s in t.stages for j, c in enumerate(s.calls))
+    truth = sorted(
+        (t.task_id, s.name, j, c.prompt_tokens, c.output_tokens)
+        for t in tasks
+        for s in t.stages
+        for j, c in enumerate(s.calls)
+    )
     assert seen[0] == truth
 
 
@@ -299,10 +339,13 @@ def test_a_workload_file_loads_by_path(tmp_path):
     s2 = [s for s in t.stages if s.kind == "s2"]
     assert [s.deps for s in s2] == [("s1",)] * 3
     # first prompt 10 + inherited s1 output 5; second call adds output 4 + observation 3
-    assert [(c.prompt_tokens, c.output_tokens, c.tool_delay_s) for c in s2[0].calls] == \
-        [(15, 4, 0.5), (22, 4, 0.0)]
+    assert [(c.prompt_tokens, c.output_tokens, c.tool_delay_s) for c in s2[0].calls] == [
+        (15, 4, 0.5),
+        (22, 4, 0.0),
+    ]
     j = tmp_path / "tiny.json"
     import yaml
+
     j.write_text(json.dumps(yaml.safe_load(GOOD)))
     assert get_workload(str(j)).sample(1, 0.5, np.random.default_rng(0))[0] == t
 
@@ -317,11 +360,15 @@ def test_gamma_arrivals_have_the_declared_cv(tmp_path):
 
 
 def test_trace_arrivals_replay_and_rescale(tmp_path):
-    (tmp_path / "times.jsonl").write_text("".join(
-        json.dumps({"timestamp": ms}) + "\n" for ms in (1000, 3000, 5000, 9000)))
+    (tmp_path / "times.jsonl").write_text(
+        "".join(json.dumps({"timestamp": ms}) + "\n" for ms in (1000, 3000, 5000, 9000))
+    )
     p = tmp_path / "t.yaml"
-    p.write_text(GOOD.replace("default_rate: 0.5\n", "").replace(
-        "{process: gamma, cv: 2.0}", "{trace: times.jsonl, unit: ms}"))
+    p.write_text(
+        GOOD.replace("default_rate: 0.5\n", "").replace(
+            "{process: gamma, cv: 2.0}", "{trace: times.jsonl, unit: ms}"
+        )
+    )
     wl = load_workload_file(p)
     assert wl.default_rate == pytest.approx(3 / 8.0)
     rng = np.random.default_rng(0)
@@ -337,19 +384,35 @@ BAD = [
     ("default_rate: 0.5", "default_rate: 0.5\nspeed: 3", "tiny.yaml", "unknown field"),
     ("{name: s1, agent: A,", "{name: s1, agent: C,", "stages[0].agent", "unknown agent 'C'"),
     ("deps: [s1]", "deps: [s9]", "stages[1].deps", "'s9' is not an earlier"),
-    ("calls: {output: 5}", "calls: {output: {poisson: 3}}", "stages[0].calls.output",
-     "exactly one distribution kind"),
-    ("calls: {output: 5}", "calls: {output: {uniform: [9, 3]}}", "stages[0].calls.output.uniform",
-     "above high"),
+    (
+        "calls: {output: 5}",
+        "calls: {output: {poisson: 3}}",
+        "stages[0].calls.output",
+        "exactly one distribution kind",
+    ),
+    (
+        "calls: {output: 5}",
+        "calls: {output: {uniform: [9, 3]}}",
+        "stages[0].calls.output.uniform",
+        "above high",
+    ),
     ("calls: {output: 5}", "calls: {count: 1}", "stages[0].calls.output", "missing"),
     ("layout: parallel", "layout: star", "stages[1].repeat.layout", "'parallel' or 'chain'"),
     ("{process: gamma, cv: 2.0}", "{process: gamma}", "arrivals.cv", "missing"),
     ("{process: gamma, cv: 2.0}", "{trace: nope.jsonl}", "arrivals.trace", "does not exist"),
     ("inherit: 1.0", "inherit: -1", "stages[1].inherit", "[0, 10]"),
-    ("prompt: 10, calls: {output: 5}", "prompt: 0, calls: {output: 5}", "stages[0].prompt",
-     ">= 1 tokens"),
-    ("{name: s1, agent: A, prompt: 10,", "{name: s.1, agent: A, prompt: 10,", "stages[0].name",
-     "must not contain '.'"),
+    (
+        "prompt: 10, calls: {output: 5}",
+        "prompt: 0, calls: {output: 5}",
+        "stages[0].prompt",
+        ">= 1 tokens",
+    ),
+    (
+        "{name: s1, agent: A, prompt: 10,",
+        "{name: s.1, agent: A, prompt: 10,",
+        "stages[0].name",
+        "must not contain '.'",
+    ),
     ("  - {name: s1", "  - {name: s1 x: [", "tiny.yaml", "not valid YAML"),
 ]
 
@@ -367,13 +430,26 @@ def test_each_malformed_file_names_file_field_and_problem(tmp_path, old, new, fi
 
 
 def test_stages_and_templates_are_exclusive_and_templates_mix():
-    doc = {"name": "mix", "default_rate": 1.0, "agents": {"A": 10},
-           "templates": [
-               {"name": "short", "weight": 3, "stages": [
-                   {"name": "a", "agent": "A", "calls": {"output": 1}}]},
-               {"name": "long", "weight": 1, "stages": [
-                   {"name": "a", "agent": "A", "calls": {"output": 1}},
-                   {"name": "b", "agent": "A", "deps": ["a"], "calls": {"output": 1}}]}]}
+    doc = {
+        "name": "mix",
+        "default_rate": 1.0,
+        "agents": {"A": 10},
+        "templates": [
+            {
+                "name": "short",
+                "weight": 3,
+                "stages": [{"name": "a", "agent": "A", "calls": {"output": 1}}],
+            },
+            {
+                "name": "long",
+                "weight": 1,
+                "stages": [
+                    {"name": "a", "agent": "A", "calls": {"output": 1}},
+                    {"name": "b", "agent": "A", "deps": ["a"], "calls": {"output": 1}},
+                ],
+            },
+        ],
+    }
     wl = parse_workload(doc, "mix.yaml")
     tasks = wl.sample(4000, 1.0, np.random.default_rng(0))
     share = np.mean([t.workflow == "mix/short" for t in tasks])
@@ -392,8 +468,7 @@ def test_describe_chain3():
     lb = task_lower_bound(tasks[0], {a.name: a for a in wl.agents}, PROFILE.cost_model())
     assert d["mean_critical_path_s"] == pytest.approx(lb)
     assert d["offered_load_serial"] == pytest.approx(0.1 * d["mean_serial_service_s"])
-    assert {a["name"]: a["prefix_tokens"] for a in d["agents"]} == {"A": 6000, "B": 4000,
-                                                                     "C": 5000}
+    assert {a["name"]: a["prefix_tokens"] for a in d["agents"]} == {"A": 6000, "B": 4000, "C": 5000}
 
 
 def test_describe_metagpt_tl_counts_team_leader_visits():
@@ -407,4 +482,5 @@ def test_describe_metagpt_tl_counts_team_leader_visits():
 
 def test_builtin_yaml_files_live_inside_the_package():
     import topas.workloads.declarative as m
+
     assert Path(m.BUILTIN_DIR).parent == Path(m.__file__).parent

@@ -16,11 +16,17 @@ from topas.workloads.dists import SpecError
 #: 0, 1 and 2, computed at main 298f4c0, *before* the hardness feature existed: a workload
 #: without ``hardness`` must keep sampling exactly these tasks.
 DIGESTS_BEFORE_HARDNESS = {
-    "chain3": "6eee92be42bb55ae", "dag10wide": "7f4b822422304461", "dag4": "bf32f9fa5b4ffb45",
-    "debate": "5ab4a2076d7ec89e", "groupchat": "f098fe2cf41ca168",
-    "mapreduce": "fa2683006d3c2292", "metagpt-sop": "866c08c9622e423d",
-    "metagpt-tl": "4d413fd74420b8f4", "plan-execute": "04ba71fd2a30c9d2",
-    "react": "abada57fe0d46ac7", "supervisor": "b893b33b33ab846c",
+    "chain3": "6eee92be42bb55ae",
+    "dag10wide": "7f4b822422304461",
+    "dag4": "bf32f9fa5b4ffb45",
+    "debate": "5ab4a2076d7ec89e",
+    "groupchat": "f098fe2cf41ca168",
+    "mapreduce": "fa2683006d3c2292",
+    "metagpt-sop": "866c08c9622e423d",
+    "metagpt-tl": "4d413fd74420b8f4",
+    "plan-execute": "04ba71fd2a30c9d2",
+    "react": "abada57fe0d46ac7",
+    "supervisor": "b893b33b33ab846c",
     "toy-chain": "982140285962e663",
 }
 HARD = {"mapreduce-hard": "mapreduce", "plan-execute-hard": "plan-execute"}
@@ -64,7 +70,8 @@ def test_hard_variant_is_its_base_plus_the_factor(hard, base):
     one = parse_workload(doc, "test")
     rng = np.random.default_rng(3)
     assert _strip(one.sample(40, ref.default_rate, rng)) == _strip(
-        ref.sample(40, ref.default_rate, np.random.default_rng(3)))
+        ref.sample(40, ref.default_rate, np.random.default_rng(3))
+    )
 
 
 def test_hardness_keeps_arrivals_and_reports_factors():
@@ -81,6 +88,7 @@ def test_hardness_keeps_arrivals_and_reports_factors():
 def test_hardness_correlates_fields_within_a_task():
     """The 8 mappers of a mapreduce-hard task share one factor: their outputs move together
     across tasks (and track the factor); in mapreduce they are independent."""
+
     def halves(name):
         wl = get_workload(name)
         tasks, f = wl.sample_with_factors(300, wl.default_rate, np.random.default_rng(0))
@@ -100,21 +108,37 @@ def test_hardness_correlates_fields_within_a_task():
     wl = get_workload("plan-execute-hard")
     tasks, f = wl.sample_with_factors(300, wl.default_rate, np.random.default_rng(0))
     rounds = [np.mean([len(s.calls) for s in t.stages if s.kind == "execute"]) for t in tasks]
-    outs = [np.mean([c.output_tokens for s in t.stages if s.kind == "execute" for c in s.calls])
-            for t in tasks]
+    outs = [
+        np.mean([c.output_tokens for s in t.stages if s.kind == "execute" for c in s.calls])
+        for t in tasks
+    ]
     assert np.corrcoef(np.log(f), np.log(rounds))[0, 1] > 0.5
     assert np.corrcoef(np.log(f), np.log(outs))[0, 1] > 0.5
     assert np.corrcoef(np.log(rounds), np.log(outs))[0, 1] > 0.3
 
 
 TINY = {
-    "name": "tiny", "default_rate": 1.0, "agents": {"A": 100},
+    "name": "tiny",
+    "default_rate": 1.0,
+    "agents": {"A": 100},
     "stages": [
-        {"name": "a", "agent": "A", "prompt": {"uniform": [100, 200]},
-         "calls": {"count": 3, "output": {"lognormal": {"median": 100, "sigma": 0.5}},
-                   "tool_delay": {"uniform": [1.0, 2.0]}}},
-        {"name": "b", "agent": "A", "deps": ["a"], "prompt": 50,
-         "calls": {"output": 40, "count": {"uniform": [2, 2]}}},
+        {
+            "name": "a",
+            "agent": "A",
+            "prompt": {"uniform": [100, 200]},
+            "calls": {
+                "count": 3,
+                "output": {"lognormal": {"median": 100, "sigma": 0.5}},
+                "tool_delay": {"uniform": [1.0, 2.0]},
+            },
+        },
+        {
+            "name": "b",
+            "agent": "A",
+            "deps": ["a"],
+            "prompt": 50,
+            "calls": {"output": 40, "count": {"uniform": [2, 2]}},
+        },
     ],
 }
 
@@ -141,8 +165,13 @@ def test_factor_multiplies_the_raw_draw_of_chosen_fields_only():
 
 def test_caps_apply_after_the_factor():
     doc = dict(TINY)
-    doc["stages"] = [{"name": "a", "agent": "A", "calls": {
-        "count": {"uniform": [4, 4]}, "output": {"uniform": [100, 100], "max": 150}}}]
+    doc["stages"] = [
+        {
+            "name": "a",
+            "agent": "A",
+            "calls": {"count": {"uniform": [4, 4]}, "output": {"uniform": [100, 100], "max": 150}},
+        }
+    ]
     doc["hardness"] = {"factor": 3.0, "scales": ["count", "output"]}
     t = parse_workload(doc, "t").sample(1, 1.0, np.random.default_rng(0))[0]
     assert len(t.stages[0].calls) == 12
@@ -153,14 +182,19 @@ def test_caps_apply_after_the_factor():
     assert wl.hardness.fields == ("count", "output")
 
 
-@pytest.mark.parametrize("bad,msg", [
-    ({"factor": 1.0, "scales": ["rounds"]}, "t: hardness.scales: unknown field 'rounds'"),
-    ({"factor": 1.0, "scales": []}, "t: hardness.scales: must be a non-empty list"),
-    ({"factor": 1.0, "what": 1}, "t: hardness: unknown field(s) ['what']"),
-    ({"factor": {"lognormal": {"median": -1, "sigma": 1}}},
-     "t: hardness.factor.lognormal.median: must be > 0"),
-    ("hard", "t: hardness: must be a number or a distribution mapping"),
-])
+@pytest.mark.parametrize(
+    "bad,msg",
+    [
+        ({"factor": 1.0, "scales": ["rounds"]}, "t: hardness.scales: unknown field 'rounds'"),
+        ({"factor": 1.0, "scales": []}, "t: hardness.scales: must be a non-empty list"),
+        ({"factor": 1.0, "what": 1}, "t: hardness: unknown field(s) ['what']"),
+        (
+            {"factor": {"lognormal": {"median": -1, "sigma": 1}}},
+            "t: hardness.factor.lognormal.median: must be > 0",
+        ),
+        ("hard", "t: hardness: must be a number or a distribution mapping"),
+    ],
+)
 def test_hardness_errors_name_the_field(bad, msg):
     with pytest.raises(SpecError) as e:
         parse_workload(dict(TINY, hardness=bad), "t")

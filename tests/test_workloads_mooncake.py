@@ -36,8 +36,9 @@ def test_reader_reproduces_request_count_and_token_totals(path):
     tasks = wl.sample(len(reqs), wl.default_rate, np.random.default_rng(0))
     prefix = {a.name: a.prefix_tokens for a in wl.agents}
     calls = [(t.stages[0].agent, t.stages[0].calls[0]) for t in tasks]
-    assert sum(prefix[a] + c.prompt_tokens for a, c in calls) == sum(r["input_length"]
-                                                                     for r in rows)
+    assert sum(prefix[a] + c.prompt_tokens for a, c in calls) == sum(
+        r["input_length"] for r in rows
+    )
     assert sum(c.output_tokens for _, c in calls) == sum(r["output_length"] for r in rows)
     span_s = (rows[-1]["timestamp"] - rows[0]["timestamp"]) / 1000.0
     assert tasks[-1].arrival_s == pytest.approx(span_s)
@@ -54,13 +55,16 @@ def test_default_loader_skips_requests_over_the_kv_budget():
 
 
 def test_hash_chains_become_agents(tmp_path):
-    p = write(tmp_path, [
-        {"timestamp": 0, "input_length": 1500, "output_length": 10, "hash_ids": [0, 1, 2]},
-        {"timestamp": 500, "input_length": 1400, "output_length": 20, "hash_ids": [0, 1, 3]},
-        {"timestamp": 1000, "input_length": 1100, "output_length": 30, "hash_ids": [0, 1, 3]},
-        {"timestamp": 1500, "input_length": 600, "output_length": 40, "hash_ids": [7, 8]},
-        {"timestamp": 3000, "input_length": 700, "output_length": 50, "hash_ids": [0, 9]},
-    ])
+    p = write(
+        tmp_path,
+        [
+            {"timestamp": 0, "input_length": 1500, "output_length": 10, "hash_ids": [0, 1, 2]},
+            {"timestamp": 500, "input_length": 1400, "output_length": 20, "hash_ids": [0, 1, 3]},
+            {"timestamp": 1000, "input_length": 1100, "output_length": 30, "hash_ids": [0, 1, 3]},
+            {"timestamp": 1500, "input_length": 600, "output_length": 40, "hash_ids": [7, 8]},
+            {"timestamp": 3000, "input_length": 700, "output_length": 50, "hash_ids": [0, 9]},
+        ],
+    )
     wl = load_mooncake(p)
     prefix = {a.name: a.prefix_tokens for a in wl.agents}
     tasks = wl.sample(5, wl.default_rate, np.random.default_rng(0))
@@ -76,21 +80,34 @@ def test_hash_chains_become_agents(tmp_path):
     assert [t.arrival_s for t in wl.sample(3, 2 * wl.default_rate, None)] == [0.0, 0.25, 0.5]
 
 
-@pytest.mark.parametrize("line, problem", [
-    ("{not json", "not valid JSON"),
-    ('{"timestamp": 5, "input_length": 10, "output_length": 2}', "'hash_ids' is missing"),
-    ('{"timestamp": 5, "input_length": 0, "output_length": 2, "hash_ids": []}',
-     "'input_length' must be an integer >= 1"),
-    ('{"timestamp": 5, "input_length": 10, "output_length": 2.5, "hash_ids": [1]}',
-     "'output_length' must be an integer >= 1"),
-    ('{"timestamp": -1, "input_length": 10, "output_length": 2, "hash_ids": [1]}',
-     "'timestamp' must be a number >= 0"),
-    ('{"timestamp": 5, "input_length": 10, "output_length": 2, "hash_ids": [1, 2]}',
-     "has 2 blocks, more than the 10 input tokens"),
-    ('{"timestamp": 5, "input_length": 10, "output_length": 2, "hash_ids": ["a"]}',
-     "'hash_ids' must be a list of integers"),
-    ('[1, 2]', "must be a JSON object"),
-])
+@pytest.mark.parametrize(
+    "line, problem",
+    [
+        ("{not json", "not valid JSON"),
+        ('{"timestamp": 5, "input_length": 10, "output_length": 2}', "'hash_ids' is missing"),
+        (
+            '{"timestamp": 5, "input_length": 0, "output_length": 2, "hash_ids": []}',
+            "'input_length' must be an integer >= 1",
+        ),
+        (
+            '{"timestamp": 5, "input_length": 10, "output_length": 2.5, "hash_ids": [1]}',
+            "'output_length' must be an integer >= 1",
+        ),
+        (
+            '{"timestamp": -1, "input_length": 10, "output_length": 2, "hash_ids": [1]}',
+            "'timestamp' must be a number >= 0",
+        ),
+        (
+            '{"timestamp": 5, "input_length": 10, "output_length": 2, "hash_ids": [1, 2]}',
+            "has 2 blocks, more than the 10 input tokens",
+        ),
+        (
+            '{"timestamp": 5, "input_length": 10, "output_length": 2, "hash_ids": ["a"]}',
+            "'hash_ids' must be a list of integers",
+        ),
+        ("[1, 2]", "must be a JSON object"),
+    ],
+)
 def test_malformed_lines_name_file_and_line(tmp_path, line, problem):
     good = {"timestamp": 1, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}
     p = write(tmp_path, [good, good, line])
@@ -100,7 +117,8 @@ def test_malformed_lines_name_file_and_line(tmp_path, line, problem):
 
 
 def test_timestamps_must_not_go_back(tmp_path):
-    rows = [{"timestamp": t, "input_length": 10, "output_length": 2, "hash_ids": [1]}
-            for t in (5, 3)]
+    rows = [
+        {"timestamp": t, "input_length": 10, "output_length": 2, "hash_ids": [1]} for t in (5, 3)
+    ]
     with pytest.raises(SpecError, match="line 2: field 'timestamp' goes back in time"):
         read_mooncake(write(tmp_path, rows))

@@ -68,19 +68,33 @@ def sample_tasks(workload: str, n_tasks: int | None, rate: float | None, seed: i
     return wl, wl.sample(n, r, rng)
 
 
-def simulate(workload: str, policy: str, *, rate: float | None = None, n_tasks: int | None = None,
-             seed: int = 0, profile: str | Profile = DEFAULT_PROFILE,
-             policy_params: Mapping[str, object] | None = None,
-             tasks: Sequence[Task] | None = None,
-             progress: Callable[[int], None] | None = None, **engine_kw) -> SimResult:
+def simulate(
+    workload: str,
+    policy: str,
+    *,
+    rate: float | None = None,
+    n_tasks: int | None = None,
+    seed: int = 0,
+    profile: str | Profile = DEFAULT_PROFILE,
+    policy_params: Mapping[str, object] | None = None,
+    tasks: Sequence[Task] | None = None,
+    progress: Callable[[int], None] | None = None,
+    **engine_kw,
+) -> SimResult:
     """Run ``workload`` under ``policy`` on the embedded simulator.  The same ``seed`` gives
     the same trajectories for every policy (pass ``tasks`` to reuse a sample)."""
     seed, prof = _check_run(policy, policy_params, tasks, progress, seed, profile)
     pol = build_policy(policy, seed, policy_params)
     wl, sampled = sample_tasks(workload, n_tasks, rate, seed)
-    sim = Simulator(list(tasks) if tasks is not None else sampled,
-                    {a.name: a for a in wl.agents}, prof, pol, seed=seed, progress=progress,
-                    **engine_kw)
+    sim = Simulator(
+        list(tasks) if tasks is not None else sampled,
+        {a.name: a for a in wl.agents},
+        prof,
+        pol,
+        seed=seed,
+        progress=progress,
+        **engine_kw,
+    )
     return sim.run()
 
 
@@ -88,11 +102,11 @@ def _check_run(policy, policy_params, tasks, progress, seed, profile) -> tuple[i
     """The arguments ``simulate`` and ``simulate_cluster`` share, checked: the seed as an int
     and the profile loaded."""
     if not isinstance(policy, str):
-        raise TypeError(f"policy: must be a policy name, got {type(policy).__name__} "
-                        f"{policy!r}")
+        raise TypeError(f"policy: must be a policy name, got {type(policy).__name__} {policy!r}")
     if policy_params is not None and not isinstance(policy_params, Mapping):
-        raise TypeError(f"policy_params: must be a mapping name -> value, got "
-                        f"{type(policy_params).__name__}")
+        raise TypeError(
+            f"policy_params: must be a mapping name -> value, got {type(policy_params).__name__}"
+        )
     _check_tasks(tasks)
     if progress is not None and not callable(progress):
         raise TypeError(f"progress: must be callable, got {type(progress).__name__}")
@@ -119,33 +133,48 @@ def _profile(profile: str | Profile) -> Profile:
     return get_profile(_name_or_path(profile, "profile"))
 
 
-def simulate_cluster(workload: str, policy: str, *, replicas: int = 2,
-                     router: str = DEFAULT_ROUTER,
-                     router_params: Mapping[str, object] | None = None,
-                     rate: float | None = None, n_tasks: int | None = None, seed: int = 0,
-                     profile: str | Profile = DEFAULT_PROFILE,
-                     policy_params: Mapping[str, object] | None = None,
-                     tasks: Sequence[Task] | None = None,
-                     progress: Callable[[int], None] | None = None,
-                     **engine_kw) -> ClusterResult:
+def simulate_cluster(
+    workload: str,
+    policy: str,
+    *,
+    replicas: int = 2,
+    router: str = DEFAULT_ROUTER,
+    router_params: Mapping[str, object] | None = None,
+    rate: float | None = None,
+    n_tasks: int | None = None,
+    seed: int = 0,
+    profile: str | Profile = DEFAULT_PROFILE,
+    policy_params: Mapping[str, object] | None = None,
+    tasks: Sequence[Task] | None = None,
+    progress: Callable[[int], None] | None = None,
+    **engine_kw,
+) -> ClusterResult:
     """Run ``workload`` on ``replicas`` engines behind ``router`` (``topas list`` names the
     routers), each replica with its own KV budget and its own instance of ``policy``.
     ``result.as_sim_result()`` is the cluster as one run for :func:`topas.metrics.summarize`;
     ``result.replicas`` holds each replica's run.  ``replicas=1`` gives the single engine's
     task finish times."""
     if not isinstance(router, str):
-        raise TypeError(f"router: must be a router name, got {type(router).__name__} "
-                        f"{router!r}")
+        raise TypeError(f"router: must be a router name, got {type(router).__name__} {router!r}")
     if isinstance(replicas, bool) or not isinstance(replicas, Integral) or replicas < 1:
         raise ValueError(f"replicas {replicas!r}: must be an integer >= 1")
     if router_params is not None and not isinstance(router_params, Mapping):
-        raise TypeError(f"router_params: must be a mapping name -> value, got "
-                        f"{type(router_params).__name__}")
+        raise TypeError(
+            f"router_params: must be a mapping name -> value, got {type(router_params).__name__}"
+        )
     seed, prof = _check_run(policy, policy_params, tasks, progress, seed, profile)
     build_policy(policy, seed, policy_params)  # bad names / parameters fail here, once
     rt = make_router(router, **dict(router_params or {}))
     wl, sampled = sample_tasks(workload, n_tasks, rate, seed)
-    cl = Cluster(list(tasks) if tasks is not None else sampled, {a.name: a for a in wl.agents},
-                 prof, lambda: build_policy(policy, seed, policy_params), rt,
-                 replicas=int(replicas), seed=seed, progress=progress, **engine_kw)
+    cl = Cluster(
+        list(tasks) if tasks is not None else sampled,
+        {a.name: a for a in wl.agents},
+        prof,
+        lambda: build_policy(policy, seed, policy_params),
+        rt,
+        replicas=int(replicas),
+        seed=seed,
+        progress=progress,
+        **engine_kw,
+    )
     return cl.run()

@@ -26,8 +26,16 @@ out = Console()
 from topas.cli_args import MAX_TASKS, ArgumentParser, CliError, check_out_dir, float_arg, int_arg
 from topas.cli_list import cmd_list, cmd_workloads_show
 
-JSON_KEYS = ("mean_jct_s", "p99_jct_s", "throughput_tasks_per_s", "mean_lower_bound_s",
-             "requests", "mean_decision_ms", "p99_decision_ms", "sim_wall_s")
+JSON_KEYS = (
+    "mean_jct_s",
+    "p99_jct_s",
+    "throughput_tasks_per_s",
+    "mean_lower_bound_s",
+    "requests",
+    "mean_decision_ms",
+    "p99_decision_ms",
+    "sim_wall_s",
+)
 
 
 def _load_profile(name: str):
@@ -86,9 +94,15 @@ def _progress(total: int, label: str, enabled: bool):
     if not enabled:
         yield lambda n: None
         return
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("requests"), TimeElapsedColumn(), console=err,
-                  transient=True) as prog:
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("requests"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as prog:
         tid = prog.add_task(label, total=total)
         yield lambda n: prog.advance(tid, n)
 
@@ -113,8 +127,12 @@ def _run_one(args, policy: str, tasks=None, quiet: bool = False):
     total = sum(t.n_calls for t in tasks)
     show = not quiet and sys.stderr.isatty()
     params = _policy_params(args)
-    engine_kw = dict(preemption=args.preemption, host_tier=not args.no_host_tier,
-                     kv_budget_tokens=args.kv_budget, context_cache=args.context_cache)
+    engine_kw = dict(
+        preemption=args.preemption,
+        host_tier=not args.no_host_tier,
+        kv_budget_tokens=args.kv_budget,
+        context_cache=args.context_cache,
+    )
     label = f"{policy} on {args.workload}"
     if args.replicas > 1:
         label += f" ({args.replicas} replicas, {args.router})"
@@ -124,23 +142,43 @@ def _run_one(args, policy: str, tasks=None, quiet: bool = False):
                 from topas.api import simulate_cluster
 
                 cres = simulate_cluster(
-                    args.workload, policy, replicas=args.replicas, router=args.router,
+                    args.workload,
+                    policy,
+                    replicas=args.replicas,
+                    router=args.router,
                     router_params=getattr(args, "router_params", None),
-                    rate=args.rate, n_tasks=args.tasks, seed=args.seed,
-                    profile=getattr(args, "profile_obj", args.profile), tasks=tasks,
-                    progress=adv, policy_params=params, **engine_kw)
+                    rate=args.rate,
+                    n_tasks=args.tasks,
+                    seed=args.seed,
+                    profile=getattr(args, "profile_obj", args.profile),
+                    tasks=tasks,
+                    progress=adv,
+                    policy_params=params,
+                    **engine_kw,
+                )
                 from topas.metrics.summary import summarize_cluster
 
                 return cres.as_sim_result(), summarize_cluster(cres)
-            res = simulate(args.workload, policy, rate=args.rate, n_tasks=args.tasks,
-                           seed=args.seed, profile=getattr(args, "profile_obj", args.profile),
-                           tasks=tasks, progress=adv, policy_params=params, **engine_kw)
+            res = simulate(
+                args.workload,
+                policy,
+                rate=args.rate,
+                n_tasks=args.tasks,
+                seed=args.seed,
+                profile=getattr(args, "profile_obj", args.profile),
+                tasks=tasks,
+                progress=adv,
+                policy_params=params,
+                **engine_kw,
+            )
         except PolicyStalled as e:
             if not params:
                 raise  # the policy's own defaults stalled: a bug, not bad input
             shown = " ".join(f"--param {k}={v}" for k, v in params.items())
-            raise CliError(f"{shown}: policy {policy!r} stalls with these parameters "
-                           f"({str(e).splitlines()[0]})") from None
+            raise CliError(
+                f"{shown}: policy {policy!r} stalls with these parameters "
+                f"({str(e).splitlines()[0]})"
+            ) from None
     return res, summarize(res)
 
 
@@ -165,11 +203,18 @@ def cmd_run(args) -> int:
     if s.get("per_replica"):
         rows = s["per_replica"]
         pt = Table(title=f"per replica ({s['router']} router)")
-        short = {"replica": "#", "routed": "routed", "requests": "reqs",
-                 "tasks_finished": "tasks\ndone", "busy_fraction": "busy",
-                 "mean_batch_size": "batch", "prefix_hit_rate": "prefix\nhit",
-                 "context_hit_tokens": "ctx hit\ntokens", "preemptions": "pre-\nempt",
-                 "peak_kv_tokens": "peak KV\ntokens"}
+        short = {
+            "replica": "#",
+            "routed": "routed",
+            "requests": "reqs",
+            "tasks_finished": "tasks\ndone",
+            "busy_fraction": "busy",
+            "mean_batch_size": "batch",
+            "prefix_hit_rate": "prefix\nhit",
+            "context_hit_tokens": "ctx hit\ntokens",
+            "preemptions": "pre-\nempt",
+            "peak_kv_tokens": "peak KV\ntokens",
+        }
         for k in rows[0]:
             pt.add_column(short.get(k, k), justify="right")
         for row in rows:
@@ -180,11 +225,16 @@ def cmd_run(args) -> int:
     return 0
 
 
-COMPARE_COLS = [("mean_jct_s", "mean\nJCT s"), ("p99_jct_s", "p99\nJCT s"),
-                ("jct_over_lower_bound", "JCT/\nLB"),
-                ("throughput_requests_per_s", "req/s"), ("mean_batch_size", "batch"),
-                ("prefix_hit_rate", "prefix\nhit"), ("preemptions", "pre-\nempt"),
-                ("mean_decision_ms", "decide\nms")]
+COMPARE_COLS = [
+    ("mean_jct_s", "mean\nJCT s"),
+    ("p99_jct_s", "p99\nJCT s"),
+    ("jct_over_lower_bound", "JCT/\nLB"),
+    ("throughput_requests_per_s", "req/s"),
+    ("mean_batch_size", "batch"),
+    ("prefix_hit_rate", "prefix\nhit"),
+    ("preemptions", "pre-\nempt"),
+    ("mean_decision_ms", "decide\nms"),
+]
 
 
 def _fmt(v) -> str:
@@ -218,10 +268,12 @@ def cmd_compare(args) -> int:
         print(json.dumps(rows))
         return 0
     best = min(r["mean_jct_s"] for r in rows)
-    t = Table(title=f"{args.workload}: {len(tasks)} tasks, rate "
-                    f"{args.rate if args.rate is not None else 'default'}, seed {args.seed}, "
-                    f"profile {args.profile}"
-                    + (f", {args.replicas} replicas ({args.router})" if args.replicas > 1 else ""))
+    t = Table(
+        title=f"{args.workload}: {len(tasks)} tasks, rate "
+        f"{args.rate if args.rate is not None else 'default'}, seed {args.seed}, "
+        f"profile {args.profile}"
+        + (f", {args.replicas} replicas ({args.router})" if args.replicas > 1 else "")
+    )
     t.add_column("policy", no_wrap=True, min_width=12)
     for _, label in COMPARE_COLS:
         t.add_column(label, justify="right")
@@ -233,44 +285,92 @@ def cmd_compare(args) -> int:
 
 
 def _add_sim_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workload", required=True, help="built-in name (see `topas list`) or a "
-                   "workload file path")
-    p.add_argument("--rate", type=float_arg(0.0), default=None, help="task arrivals per "
-                   "second (default: the workload's)")
-    p.add_argument("--tasks", type=int_arg(1, MAX_TASKS), default=None, help="number of tasks "
-                   "(default: the workload's)")
-    p.add_argument("--seed", type=int_arg(0), default=0, help="fixes every trajectory and "
-                   "arrival (an integer >= 0)")
-    p.add_argument("--profile", default=DEFAULT_PROFILE, help="engine profile name or .json "
-                   f"path (default {DEFAULT_PROFILE})")
-    p.add_argument("--preemption", choices=["sglang", "vllm"], default=None,
-                   help="preemption semantics (default: the profile's)")
-    p.add_argument("--kv-budget", type=int_arg(1), default=None, help="override the KV budget "
-                   "(tokens)")
-    p.add_argument("--no-host-tier", action="store_true", help="no host swap tier: evicted "
-                   "prefixes are recomputed")
-    p.add_argument("--context-cache", action=argparse.BooleanOptionalAction, default=True,
-                   help="keep finished calls' contexts in free memory until the room is needed, "
-                   "as vLLM's automatic prefix caching and SGLang's radix cache do (default: "
-                   "on); --no-context-cache reuses contexts only when a policy holds them")
-    p.add_argument("--replicas", type=int_arg(1, 1024), default=1, help="engine replicas, "
-                   "each with the profile's KV budget and its own policy instance, behind "
-                   "--router (default 1: one engine)")
-    p.add_argument("--router", choices=list(ROUTERS), default=DEFAULT_ROUTER,
-                   help=f"how calls are placed on replicas (default {DEFAULT_ROUTER}; "
-                   "`topas list` describes each)")
-    p.add_argument("--router-param", action="append", metavar="KEY=VALUE", help="a router "
-                   "parameter, e.g. --router-param externality=0.5 (repeatable)")
-    p.add_argument("--param", action="append", metavar="KEY=VALUE", help="a policy "
-                   "parameter, e.g. --param rho=0.5 --param redo_cost=decode (repeatable; "
-                   "`topas list --params POLICY` lists them)")
+    p.add_argument(
+        "--workload", required=True, help="built-in name (see `topas list`) or a workload file path"
+    )
+    p.add_argument(
+        "--rate",
+        type=float_arg(0.0),
+        default=None,
+        help="task arrivals per second (default: the workload's)",
+    )
+    p.add_argument(
+        "--tasks",
+        type=int_arg(1, MAX_TASKS),
+        default=None,
+        help="number of tasks (default: the workload's)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int_arg(0),
+        default=0,
+        help="fixes every trajectory and arrival (an integer >= 0)",
+    )
+    p.add_argument(
+        "--profile",
+        default=DEFAULT_PROFILE,
+        help=f"engine profile name or .json path (default {DEFAULT_PROFILE})",
+    )
+    p.add_argument(
+        "--preemption",
+        choices=["sglang", "vllm"],
+        default=None,
+        help="preemption semantics (default: the profile's)",
+    )
+    p.add_argument(
+        "--kv-budget", type=int_arg(1), default=None, help="override the KV budget (tokens)"
+    )
+    p.add_argument(
+        "--no-host-tier",
+        action="store_true",
+        help="no host swap tier: evicted prefixes are recomputed",
+    )
+    p.add_argument(
+        "--context-cache",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep finished calls' contexts in free memory until the room is needed, "
+        "as vLLM's automatic prefix caching and SGLang's radix cache do (default: "
+        "on); --no-context-cache reuses contexts only when a policy holds them",
+    )
+    p.add_argument(
+        "--replicas",
+        type=int_arg(1, 1024),
+        default=1,
+        help="engine replicas, "
+        "each with the profile's KV budget and its own policy instance, behind "
+        "--router (default 1: one engine)",
+    )
+    p.add_argument(
+        "--router",
+        choices=list(ROUTERS),
+        default=DEFAULT_ROUTER,
+        help=f"how calls are placed on replicas (default {DEFAULT_ROUTER}; "
+        "`topas list` describes each)",
+    )
+    p.add_argument(
+        "--router-param",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a router parameter, e.g. --router-param externality=0.5 (repeatable)",
+    )
+    p.add_argument(
+        "--param",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a policy "
+        "parameter, e.g. --param rho=0.5 --param redo_cost=decode (repeatable; "
+        "`topas list --params POLICY` lists them)",
+    )
     p.add_argument("--out", default=None, help="write per-task/request CSVs and summary here")
     p.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = ArgumentParser(prog="topas", description="Task-oriented, prefix-aware "
-                                 "scheduling for multi-agent LLM workflows.")
+    ap = ArgumentParser(
+        prog="topas",
+        description="Task-oriented, prefix-aware scheduling for multi-agent LLM workflows.",
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("run", help="run one workload under one policy on the simulator")
     _add_sim_args(p)
@@ -281,8 +381,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policies", default="fcfs", help="comma-separated policy names")
     p.set_defaults(fn=cmd_compare)
     p = sub.add_parser("list", help="list policies, workloads and engine profiles")
-    p.add_argument("--params", metavar="POLICY", default=None, help="list one policy's "
-                   "parameters instead: name, type, range, default, what it does")
+    p.add_argument(
+        "--params",
+        metavar="POLICY",
+        default=None,
+        help="list one policy's parameters instead: name, type, range, default, what it does",
+    )
     p.set_defaults(fn=cmd_list)
     p = sub.add_parser("workloads", help="inspect workloads")
     wsub = p.add_subparsers(dest="wcmd", required=True)

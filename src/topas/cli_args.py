@@ -32,6 +32,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
 # -- argument types: each names the problem; argparse adds "argument --flag:" ------------------
 
+
 def int_arg(lo: int | None = None, hi: int | None = None) -> callable:
     """An argparse type: an integer in ``[lo, hi]`` (``1e6`` accepted when integral)."""
 
@@ -67,7 +68,8 @@ def float_arg(lo: float = 0.0, hi: float | None = None, lo_open: bool = True) ->
         if (v <= lo if lo_open else v < lo) or (hi is not None and v > hi):
             lo_txt = f"> {lo:g}" if lo_open else f">= {lo:g}"
             raise argparse.ArgumentTypeError(
-                f"{text}: must be {lo_txt}" + (f" and <= {hi:g}" if hi is not None else ""))
+                f"{text}: must be {lo_txt}" + (f" and <= {hi:g}" if hi is not None else "")
+            )
         return v
 
     parse.__name__ = "number"

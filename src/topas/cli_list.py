@@ -22,8 +22,13 @@ def cmd_list_params(name: str) -> int:
 
     info = policy_info(name)
     t = Table(title=f"parameters of {name} (--param NAME=VALUE)")
-    for col, kw in (("name", {"no_wrap": True}), ("type", {}), ("range", {}),
-                    ("default", {"justify": "right"}), ("what it does", {})):
+    for col, kw in (
+        ("name", {"no_wrap": True}),
+        ("type", {}),
+        ("range", {}),
+        ("default", {"justify": "right"}),
+        ("what it does", {}),
+    ):
         t.add_column(col, **kw)
     for p in info.params:
         t.add_row(p.name, p.type_text(), p.range_text(), p.default_text(), p.doc)
@@ -104,7 +109,11 @@ def cmd_workloads_show(args) -> int:
         t.add_column("mean count", justify="right")
         t.add_column("mean calls / stage", justify="right")
         for st in d["stages"]:
-            t.add_row(st["kind"], ", ".join(st["agents"]), f"{st['mean_per_task']:.3g}",
-                      f"{st['mean_calls_per_stage']:.3g}")
+            t.add_row(
+                st["kind"],
+                ", ".join(st["agents"]),
+                f"{st['mean_per_task']:.3g}",
+                f"{st['mean_calls_per_stage']:.3g}",
+            )
         out.print(t)
     return 0

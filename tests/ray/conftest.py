@@ -10,6 +10,7 @@ import pytest
 
 try:
     import ray  # noqa: F401
+
     HAVE_RAY = True
 except ImportError:  # pragma: no cover - depends on the environment
     HAVE_RAY = False
@@ -21,5 +22,6 @@ def pytest_collection_modifyitems(config, items):
         if str(item.fspath).startswith(here):
             item.add_marker(pytest.mark.ray)
             if not HAVE_RAY:
-                item.add_marker(pytest.mark.skip(reason="ray is not importable "
-                                                 "(bash scripts/ci_ray.sh)"))
+                item.add_marker(
+                    pytest.mark.skip(reason="ray is not importable (bash scripts/ci_ray.sh)")
+                )

@@ -23,11 +23,20 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sweep_small.yaml"
 
 #: the cached fields that are wall-clock measurements (decision times and run times), the
 #: only ones that differ between two runs of the same job, on any executor
-TIMING = ("mean_decision_ms", "p99_decision_ms", "decision_share_of_wall", "sim_wall_s",
-          "decision_total_s", "decision_share_of_sim", "job_wall_s")
+TIMING = (
+    "mean_decision_ms",
+    "p99_decision_ms",
+    "decision_share_of_wall",
+    "sim_wall_s",
+    "decision_total_s",
+    "decision_share_of_sim",
+    "job_wall_s",
+)
 _TIMING_RE = re.compile(r'"({})": [-+0-9.eE]+'.format("|".join(TIMING)))
 #: the report's wall times and dates (its header line)
-_REPORT_RE = re.compile(r"(\*\*|<strong>)[0-9.]+ min(\*\*|</strong>)|took [0-9.]+ min|\d{4}-\d\d-\d\d \d\d:\d\d")
+_REPORT_RE = re.compile(
+    r"(\*\*|<strong>)[0-9.]+ min(\*\*|</strong>)|took [0-9.]+ min|\d{4}-\d\d-\d\d \d\d:\d\d"
+)
 
 
 def _mask(text: str) -> str:
@@ -35,8 +44,11 @@ def _mask(text: str) -> str:
 
 
 def _files(d: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*"))
-            if p.is_file() and p.name != "invocations.log"}
+    return {
+        str(p.relative_to(d)): p.read_bytes()
+        for p in sorted(d.rglob("*"))
+        if p.is_file() and p.name != "invocations.log"
+    }
 
 
 def test_quick_plan_subset_is_identical_on_pool_and_ray(tmp_path):
@@ -49,8 +61,9 @@ def test_quick_plan_subset_is_identical_on_pool_and_ray(tmp_path):
     trees = {}
     for ex in ("pool", "ray"):
         t0 = time.perf_counter()
-        rep, _ = RC.reproduce(cfg, out, jobs=2, progress=False, command="topas reproduce t",
-                              executor=ex)
+        rep, _ = RC.reproduce(
+            cfg, out, jobs=2, progress=False, command="topas reproduce t", executor=ex
+        )
         assert not [r for r in rep.results.values() if "error" in r]
         print(f"{ex}: {len(rep.results)} runs in {time.perf_counter() - t0:.1f} s")
         shutil.move(out, tmp_path / ex)
@@ -80,13 +93,15 @@ def test_sweep_results_are_byte_identical_and_ray_resumes_the_pools_cache(tmp_pa
     outs = {}
     for ex in ("pool", "ray"):
         out = tmp_path / ex
-        assert main(["sweep", str(EXAMPLE), "--jobs", "2", "--executor", ex, "--out",
-                     str(out)]) == 0
+        assert (
+            main(["sweep", str(EXAMPLE), "--jobs", "2", "--executor", ex, "--out", str(out)]) == 0
+        )
         outs[ex] = out
     for name in ("sweep.csv", "summary.json"):
         assert (outs["pool"] / name).read_bytes() == (outs["ray"] / name).read_bytes(), name
-    assert {p.name for p in (outs["pool"] / "cache").iterdir()} == \
-        {p.name for p in (outs["ray"] / "cache").iterdir()}
+    assert {p.name for p in (outs["pool"] / "cache").iterdir()} == {
+        p.name for p in (outs["ray"] / "cache").iterdir()
+    }
     # Ray on the pool's cache: the same keys, so nothing runs and the outputs are the same
     before = (outs["pool"] / "summary.json").read_bytes()
     n = len(list((outs["pool"] / "cache").glob("*.json")))
@@ -94,7 +109,6 @@ def test_sweep_results_are_byte_identical_and_ray_resumes_the_pools_cache(tmp_pa
     assert main(["sweep", str(EXAMPLE), "--executor", "ray", "--out", str(outs["pool"])]) == 0
     assert (outs["pool"] / "summary.json").read_bytes() == before
     assert len(list((outs["pool"] / "cache").glob("*.json"))) == n
-
 
 
 def _default_sigint() -> None:
@@ -105,14 +119,33 @@ def _default_sigint() -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
+
 def test_sigint_stops_a_ray_reproduce_and_keeps_a_resumable_cache(tmp_path):
     out = tmp_path / "rep"
     cache = out / "cache"
-    proc = subprocess.Popen([sys.executable, "-m", "topas.cli", "reproduce", "--quick",
-                             "--workloads", "chain3", "--tasks", "2", "--jobs", "2",
-                             "--executor", "ray", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=_default_sigint)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "topas.cli",
+            "reproduce",
+            "--quick",
+            "--workloads",
+            "chain3",
+            "--tasks",
+            "2",
+            "--jobs",
+            "2",
+            "--executor",
+            "ray",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_default_sigint,
+    )
     try:
         t0 = time.monotonic()
         while len(list(cache.glob("*.json"))) < 5 and time.monotonic() - t0 < 120:
@@ -131,11 +164,12 @@ def test_sigint_stops_a_ray_reproduce_and_keeps_a_resumable_cache(tmp_path):
     assert proc.returncode == 130 and stopped_s < 15, (proc.returncode, stopped_s, err)
     assert "interrupted" in err and "resumes" in err and "Traceback" not in err
     assert not (out / "results.md").exists()
-    assert not [p for p in cache.iterdir() if p.name.startswith(".") and
-                p.name != ".gitignore"]
+    assert not [p for p in cache.iterdir() if p.name.startswith(".") and p.name != ".gitignore"]
     version = RR.code_version()
-    keys = {j.key(version) for j in plan(Config(quick=True, seeds=(3,),
-                                                workloads=("chain3",), tasks=2)).all_jobs()}
+    keys = {
+        j.key(version)
+        for j in plan(Config(quick=True, seeds=(3,), workloads=("chain3",), tasks=2)).all_jobs()
+    }
     entries = list(cache.glob("*.json"))
     assert entries and all(p.stem in keys for p in entries)
     for p in entries:
@@ -159,23 +193,56 @@ def test_an_existing_cluster_via_ray_address(tmp_path):
 
     ray_bin = str(Path(sys.executable).parent / "ray")
     addr = f"127.0.0.1:{_free_port()}"
-    head = subprocess.Popen([ray_bin, "start", "--head", "--block", "--num-cpus", "2",
-                             "--node-ip-address", "127.0.0.1", "--port", addr.split(":")[1],
-                             "--include-dashboard", "false", "--disable-usage-stats"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    head = subprocess.Popen(
+        [
+            ray_bin,
+            "start",
+            "--head",
+            "--block",
+            "--num-cpus",
+            "2",
+            "--node-ip-address",
+            "127.0.0.1",
+            "--port",
+            addr.split(":")[1],
+            "--include-dashboard",
+            "false",
+            "--disable-usage-stats",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
     def up() -> bool:
-        return subprocess.run([ray_bin, "status", "--address", addr], capture_output=True,
-                              timeout=60).returncode == 0
+        return (
+            subprocess.run(
+                [ray_bin, "status", "--address", addr], capture_output=True, timeout=60
+            ).returncode
+            == 0
+        )
+
     try:
         t0 = time.monotonic()
         while not up():
             assert head.poll() is None and time.monotonic() - t0 < 90, "ray head did not start"
             time.sleep(1)
         out = tmp_path / "o"
-        assert main(["sweep", str(EXAMPLE), "--executor", "ray", "--ray-address", addr,
-                     "--out", str(out)]) == 0
+        assert (
+            main(
+                [
+                    "sweep",
+                    str(EXAMPLE),
+                    "--executor",
+                    "ray",
+                    "--ray-address",
+                    addr,
+                    "--out",
+                    str(out),
+                ]
+            )
+            == 0
+        )
         assert len(list((out / "cache").glob("*.json"))) == 80
         assert up()
     finally:

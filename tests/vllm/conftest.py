@@ -14,6 +14,7 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 try:  # the import is the check; it is slow (~8 s), so only once
     import vllm  # noqa: F401
+
     HAVE_VLLM = True
 except Exception:  # pragma: no cover - depends on the environment
     HAVE_VLLM = False
@@ -25,8 +26,9 @@ def pytest_collection_modifyitems(config, items):
         if str(item.fspath).startswith(here):
             item.add_marker(pytest.mark.vllm)
             if not HAVE_VLLM:
-                item.add_marker(pytest.mark.skip(reason="vllm is not importable "
-                                                 "(bash scripts/install_vllm.sh)"))
+                item.add_marker(
+                    pytest.mark.skip(reason="vllm is not importable (bash scripts/install_vllm.sh)")
+                )
 
 
 #: 8 MiB of KV = 4096 tokens = 32 blocks of 128: small enough to flood in a few requests
@@ -36,14 +38,17 @@ KV_BYTES = 8 << 20
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     from topas.integrations.vllm.tiny_model import build_tiny_model
+
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0))
 
 
 @pytest.fixture(scope="session")
 def llm(tiny_model):
     from topas.integrations.vllm.driver import make_llm
-    return make_llm(tiny_model, "fcfs", kv_cache_bytes=KV_BYTES, max_num_seqs=16,
-                    max_num_batched_tokens=1024)
+
+    return make_llm(
+        tiny_model, "fcfs", kv_cache_bytes=KV_BYTES, max_num_seqs=16, max_num_batched_tokens=1024
+    )
 
 
 @pytest.fixture

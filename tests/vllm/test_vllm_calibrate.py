@@ -16,8 +16,16 @@ SHAPE_T = ModelShape(params=PARAMS, **SHAPE)
 
 
 def _hw(attn_eff: float = 1.0, overhead: float = 0.001) -> Hardware:
-    return Hardware("t", peak_flops=2e11, hbm_bytes_per_s=5e9, swap_bytes_per_s=1e9,
-                    compute_eff=1.0, memory_eff=1.0, overhead_s=overhead, attn_eff=attn_eff)
+    return Hardware(
+        "t",
+        peak_flops=2e11,
+        hbm_bytes_per_s=5e9,
+        swap_bytes_per_s=1e9,
+        compute_eff=1.0,
+        memory_eff=1.0,
+        overhead_s=overhead,
+        attn_eff=attn_eff,
+    )
 
 
 def test_attn_eff_scales_only_the_attention_flops():
@@ -49,11 +57,17 @@ def test_attn_eff_must_be_positive():
 
 
 def _synthetic(cm: CostModel) -> dict:
-    return {"prefill": [(n, cm.prefill_time(n)) for n in (128, 256, 512, 1024, 2048)],
-            "ctx_prefill": [(n, c, cm.prefill_time(n, c))
-                            for n, c in ((64, 1024), (64, 3072), (128, 2048), (256, 3072))],
-            "decode": [(b, c, cm.decode_step_time(b, b * c))
-                       for b, c in ((1, 256), (1, 2048), (4, 512), (8, 1024), (16, 512))]}
+    return {
+        "prefill": [(n, cm.prefill_time(n)) for n in (128, 256, 512, 1024, 2048)],
+        "ctx_prefill": [
+            (n, c, cm.prefill_time(n, c))
+            for n, c in ((64, 1024), (64, 3072), (128, 2048), (256, 3072))
+        ],
+        "decode": [
+            (b, c, cm.decode_step_time(b, b * c))
+            for b, c in ((1, 256), (1, 2048), (4, 512), (8, 1024), (16, 512))
+        ],
+    }
 
 
 def test_fit_recovers_a_known_profile_with_slow_attention():
@@ -105,6 +119,7 @@ def test_speed_index_is_the_geometric_mean_of_measured_over_predicted(monkeypatc
     """Each reference iteration's measured time over the profile's prediction, combined by
     geometric mean; the prefix cache is emptied first so the cold prefill is cold."""
     from topas.engine.cost import get_profile
+
     prof = get_profile("cpu/tiny-llama")
     cm = prof.cost_model()
 
@@ -112,10 +127,12 @@ def test_speed_index_is_the_geometric_mean_of_measured_over_predicted(monkeypatc
         lin, pairs, reads, _, _ = iteration_row(sched, 0.0)
         return factor * cm.iteration_time(lin, pairs, reads)
 
-    slow = {"prefill": [(256, t([(256, 0)], 1.5))],
-            "ctx_prefill": [(64, 1024, t([(64, 1024)], 2.0))],
-            "decode": [(1, 256, t([(1, 256)], 1.5)), (2, 512, t([(1, 512)] * 2, 1.0))],
-            "stat": "mean"}
+    slow = {
+        "prefill": [(256, t([(256, 0)], 1.5))],
+        "ctx_prefill": [(64, 1024, t([(64, 1024)], 2.0))],
+        "decode": [(1, 256, t([(1, 256)], 1.5)), (2, 512, t([(1, 512)] * 2, 1.0))],
+        "stat": "mean",
+    }
     seen = {}
     monkeypatch.setattr(calibrate, "measure", lambda llm, **kw: seen.update(kw) or slow)
 

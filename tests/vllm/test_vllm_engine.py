@@ -18,8 +18,10 @@ def _submit(eng, key, prompt, out=4, tag=None):
     from vllm.inputs import TokensPrompt
 
     from vllm import SamplingParams
-    sp = SamplingParams(max_tokens=out, min_tokens=out, ignore_eos=True, temperature=0.0,
-                        extra_args=tag)
+
+    sp = SamplingParams(
+        max_tokens=out, min_tokens=out, ignore_eos=True, temperature=0.0, extra_args=tag
+    )
     eng.add_request(key, TokensPrompt(prompt_token_ids=prompt), sp)
 
 
@@ -59,8 +61,13 @@ def test_untagged_requests_complete_as_single_request_tasks(engine):
 
 def test_bad_tag_is_served_untagged(engine):
     eng, _ = engine
-    _submit(eng, "bad", stage_stream(9, "b", 100, 4096, 1), out=3,
-            tag={"topas_task": "x", "topas_stage": "", "topas_agent": "a"})
+    _submit(
+        eng,
+        "bad",
+        stage_stream(9, "b", 100, 4096, 1),
+        out=3,
+        tag={"topas_task": "x", "topas_stage": "", "topas_agent": "a"},
+    )
     assert list(_run(eng)) == ["bad"]
 
 
@@ -109,6 +116,7 @@ class _EvictIdle:
 
     def __init__(self, keep: bool):
         from topas.policies import make_policy
+
         self.inner = make_policy("fcfs")
         self.keep = keep
 
@@ -116,8 +124,9 @@ class _EvictIdle:
         d = self.inner.decide(snap)
         if self.keep:  # never evict: admit only what fits beside the resident prefixes
             return Decision(admit=d.admit)
-        idle = tuple(a for a, p in snap.prefixes.items()
-                     if p.location == Location.DEVICE and p.users == 0)
+        idle = tuple(
+            a for a, p in snap.prefixes.items() if p.location == Location.DEVICE and p.users == 0
+        )
         return Decision(admit=d.admit, evict=d.evict + tuple(a for a in idle if a not in d.evict))
 
 
@@ -171,13 +180,29 @@ def test_small_workflow_completes_under_every_policy(engine):
 
 def test_snapshot_built_from_tags_and_queues(engine):
     from topas.engine.snapshot import Phase, StageStatus
+
     eng, sched = engine
-    dag = [("plan", "arch", "plan", ()), ("code", "eng", "code", ("plan",)),
-           ("test", "qa", "test", ("code",))]
+    dag = [
+        ("plan", "arch", "plan", ()),
+        ("code", "eng", "code", ("plan",)),
+        ("test", "qa", "test", ("code",)),
+    ]
     prompt = prefix_ids("eng", 2 * BS, 4096) + stage_stream(1, "code", 300, 4096, 0)
-    _submit(eng, "snap-code", prompt, 4, make_tag(task="snap-t", stage="code", agent="eng",
-                                                  prefix_tokens=2 * BS + 5, round_index=1,
-                                                  dag=dag, done=["plan"]))
+    _submit(
+        eng,
+        "snap-code",
+        prompt,
+        4,
+        make_tag(
+            task="snap-t",
+            stage="code",
+            agent="eng",
+            prefix_tokens=2 * BS + 5,
+            round_index=1,
+            dag=dag,
+            done=["plan"],
+        ),
+    )
     _submit(eng, "snap-untagged", stage_stream(2, "u", 100, 4096, 0), 4)
     sched._sync()
     snap = sched.build_snapshot()
@@ -190,7 +215,10 @@ def test_snapshot_built_from_tags_and_queues(engine):
     assert code.prompt_tokens == len(prompt) - 2 * BS
     task = snap.tasks[code.task_id]
     assert [task.stages[s].status for s in ("plan", "code", "test")] == [
-        StageStatus.DONE, StageStatus.READY, StageStatus.PENDING]
+        StageStatus.DONE,
+        StageStatus.READY,
+        StageStatus.PENDING,
+    ]
     assert task.stages["test"].deps == ("code",) and task.stages["plan"].succs == ("code",)
     assert by_stage["call"].agent == "__untagged__" and by_stage["call"].task_id != code.task_id
     assert snap.prefixes["eng"].location == Location.NONE
@@ -204,13 +232,16 @@ def test_cli_subcommands_register(tmp_path):
     import argparse
 
     from topas.integrations.vllm.cli import add_arguments
+
     ap = argparse.ArgumentParser()
     add_arguments(ap.add_subparsers(dest="cmd"))
     a = ap.parse_args(["drive", "--workload", "toy-chain", "--policy", "lpm", "--in-process"])
     assert a.cmd == "drive" and a.policy == "lpm" and a.in_process and a.fn.__name__ == "cli_drive"
     a = ap.parse_args(["tiny-model", str(tmp_path / "m"), "--seed", "3"])
     assert a.fn(a) == 0
-    assert (tmp_path / "m" / "config.json").exists() and (tmp_path / "m" / "tokenizer.json").exists()
+    assert (tmp_path / "m" / "config.json").exists() and (
+        tmp_path / "m" / "tokenizer.json"
+    ).exists()
 
 
 def test_tiny_model_is_seeded(tmp_path, tiny_model):
@@ -220,8 +251,10 @@ def test_tiny_model_is_seeded(tmp_path, tiny_model):
     from topas.integrations.vllm.tiny_model import build_tiny_model
 
     def digest(p):
-        return [hashlib.sha256((Path(p) / f).read_bytes()).hexdigest()
-                for f in ("model.safetensors", "tokenizer.json")]
+        return [
+            hashlib.sha256((Path(p) / f).read_bytes()).hexdigest()
+            for f in ("model.safetensors", "tokenizer.json")
+        ]
 
     assert digest(build_tiny_model(tmp_path / "same", seed=0)) == digest(tiny_model)
     assert digest(build_tiny_model(tmp_path / "other", seed=1)) != digest(tiny_model)
@@ -234,6 +267,7 @@ class _HoldAll:
 
     def __init__(self, hold: bool):
         from topas.policies import make_policy
+
         self.inner = make_policy("fcfs")
         self.hold = hold
         self.offered: list = []
@@ -251,8 +285,9 @@ def _call(eng, key, k, *, final, dyn):
     """Call ``k`` of stage "s" of task ``key`` (agent HP, 2-block prefix): prompt = prefix + the
     stage's stream, so call 1 starts with call 0's prompt (a ReAct context)."""
     prompt = prefix_ids("HP", 2 * BS, 4096) + stage_stream(77, "s", 1024, 4096, 0)[:dyn]
-    tag = make_tag(task=key, stage="s", agent="HP", prefix_tokens=2 * BS, round_index=k,
-                   final=final)
+    tag = make_tag(
+        task=key, stage="s", agent="HP", prefix_tokens=2 * BS, round_index=k, final=final
+    )
     _submit(eng, f"{key}-{k}", prompt, 4, tag)
 
 
@@ -317,8 +352,12 @@ def test_iteration_trace_records_every_engine_step(engine):
     assert {r[4] for r in rows} == {"prefill", "decode"}
     # every generated token after the first went through the engine, and at most every prompt
     # token (prefix-cache hits skip some; no preemption in this small run)
-    n_prompt = sum(agents[s.agent].prefix_tokens + c.prompt_tokens
-                   for t in scaled for s in t.stages for c in s.calls)
+    n_prompt = sum(
+        agents[s.agent].prefix_tokens + c.prompt_tokens
+        for t in scaled
+        for s in t.stages
+        for c in s.calls
+    )
     n_decode = sum(c.output_tokens - 1 for t in scaled for s in t.stages for c in s.calls)
     assert n_decode <= sum(r[0] for r in rows) <= n_prompt + n_decode
 
@@ -331,10 +370,19 @@ def test_real_vs_sim_self_calibrated(engine, llm, tiny_model, monkeypatch):
 
     _, sched = engine
     monkeypatch.setattr(driver, "make_llm", lambda *a, **k: llm)  # the shared engine
-    out = fidelity.real_vs_sim(tiny_model, "toy-chain", ["fcfs", "topas"], [3], n_tasks=2,
-                                rate=50.0, token_scale=0.04, time_scale=0.05,
-                                kv_cache_bytes=8 << 20, progress=lambda m: None,
-                                self_calibrate=True)
+    out = fidelity.real_vs_sim(
+        tiny_model,
+        "toy-chain",
+        ["fcfs", "topas"],
+        [3],
+        n_tasks=2,
+        rate=50.0,
+        token_scale=0.04,
+        time_scale=0.05,
+        kv_cache_bytes=8 << 20,
+        progress=lambda m: None,
+        self_calibrate=True,
+    )
     assert [(r["policy"], r["seed"]) for r in out["runs"]] == [("fcfs", 3), ("topas", 3)]
     assert all(r["profile"] == "self-calibrated on fcfs" for r in out["runs"])
     assert all(r["real_mean_jct_s"] > 0 and r["sim_mean_jct_s"] > 0 for r in out["runs"])

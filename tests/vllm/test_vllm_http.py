@@ -24,21 +24,52 @@ def test_tagged_request_through_openai_api(tiny_model, tmp_path):
     env = dict(os.environ, TOPAS_POLICY="lpm", VLLM_ENABLE_V1_MULTIPROCESSING="0")
     log = open(tmp_path / "server.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", tiny_model,
-         "--host", "127.0.0.1", "--port", str(port), "--enforce-eager",
-         "--kv-cache-memory-bytes", str(8 << 20), "--max-model-len", "2048",
-         "--enable-prefix-caching",
-         "--scheduler-cls", "topas.integrations.vllm.scheduler.TopasScheduler"],
-        stdout=log, stderr=subprocess.STDOUT, env=env)
+        [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            tiny_model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--enforce-eager",
+            "--kv-cache-memory-bytes",
+            str(8 << 20),
+            "--max-model-len",
+            "2048",
+            "--enable-prefix-caching",
+            "--scheduler-cls",
+            "topas.integrations.vllm.scheduler.TopasScheduler",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(proc, base, tmp_path / "server.log", time.time() + 240)
-        body = {"model": tiny_model, "prompt": list(range(20, 300)), "max_tokens": 6,
-                "min_tokens": 6, "ignore_eos": True, "temperature": 0.0,
-                "vllm_xargs": xargs(task="http-1", stage="plan", agent="architect",
-                                    prefix_tokens=256, dag=[("plan", "architect", "plan", ())])}
-        req = urllib.request.Request(base + "/v1/completions", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+        body = {
+            "model": tiny_model,
+            "prompt": list(range(20, 300)),
+            "max_tokens": 6,
+            "min_tokens": 6,
+            "ignore_eos": True,
+            "temperature": 0.0,
+            "vllm_xargs": xargs(
+                task="http-1",
+                stage="plan",
+                agent="architect",
+                prefix_tokens=256,
+                dag=[("plan", "architect", "plan", ())],
+            ),
+        }
+        req = urllib.request.Request(
+            base + "/v1/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=120) as r:
             resp = json.loads(r.read())
         assert resp["usage"]["completion_tokens"] == 6

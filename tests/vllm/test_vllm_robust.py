@@ -18,21 +18,27 @@ from topas.integrations.vllm.tags import MAX_INT, encode_dag, make_tag
 pytestmark = pytest.mark.vllm
 
 BS = 128
-DAG = [("plan", "arch", "plan", ()), ("code", "eng", "code", ("plan",)),
-       ("test", "qa", "test", ("code",))]
+DAG = [
+    ("plan", "arch", "plan", ()),
+    ("code", "eng", "code", ("plan",)),
+    ("test", "qa", "test", ("code",)),
+]
 
 
 def _prompt(key: str, agent: str = "eng", prefix: int = BS, dyn: int = 60) -> list[int]:
-    return prefix_ids(agent, prefix, 4096) + stage_stream(zlib.crc32(key.encode()), "s", dyn,
-                                                          4096, 0)
+    return prefix_ids(agent, prefix, 4096) + stage_stream(
+        zlib.crc32(key.encode()), "s", dyn, 4096, 0
+    )
 
 
 def _submit(eng, key, prompt, out=2, tag=None):
     from vllm.inputs import TokensPrompt
 
     from vllm import SamplingParams
-    sp = SamplingParams(max_tokens=out, min_tokens=out, ignore_eos=True, temperature=0.0,
-                        extra_args=tag)
+
+    sp = SamplingParams(
+        max_tokens=out, min_tokens=out, ignore_eos=True, temperature=0.0, extra_args=tag
+    )
     eng.add_request(key, TokensPrompt(prompt_token_ids=prompt), sp)
 
 
@@ -70,50 +76,91 @@ def warnings_log():
 
 
 def _good(task, **kw):
-    return make_tag(task=task, stage="code", agent="eng", prefix_tokens=BS, dag=DAG,
-                    done=["plan"], **kw)
+    return make_tag(
+        task=task, stage="code", agent="eng", prefix_tokens=BS, dag=DAG, done=["plan"], **kw
+    )
 
 
 def _malformed() -> list[tuple[str, str, dict]]:
     """(case id, the key the warning must name, tag) for every malformed tag."""
     cases = [
-        ("cyclic-dag", "topas_dag", {**_good("m"), "topas_dag": ["plan|arch|plan|test",
-                                                                  "code|eng|code|plan",
-                                                                  "test|qa|test|code"]}),
-        ("self-dep", "topas_dag", {**_good("m"), "topas_dag": ["plan|arch|plan|plan",
-                                                                "code|eng|code|plan"]}),
-        ("unknown-dep", "topas_dag", {**_good("m"), "topas_dag": ["plan|arch|plan|",
-                                                                   "code|eng|code|spec"]}),
-        ("duplicate-stage", "topas_dag", {**_good("m"), "topas_dag": ["plan|arch|plan|",
-                                                                       "plan|qa|plan|",
-                                                                       "code|eng|code|plan"]}),
+        (
+            "cyclic-dag",
+            "topas_dag",
+            {
+                **_good("m"),
+                "topas_dag": ["plan|arch|plan|test", "code|eng|code|plan", "test|qa|test|code"],
+            },
+        ),
+        (
+            "self-dep",
+            "topas_dag",
+            {**_good("m"), "topas_dag": ["plan|arch|plan|plan", "code|eng|code|plan"]},
+        ),
+        (
+            "unknown-dep",
+            "topas_dag",
+            {**_good("m"), "topas_dag": ["plan|arch|plan|", "code|eng|code|spec"]},
+        ),
+        (
+            "duplicate-stage",
+            "topas_dag",
+            {**_good("m"), "topas_dag": ["plan|arch|plan|", "plan|qa|plan|", "code|eng|code|plan"]},
+        ),
         ("dag-entry", "topas_dag", {**_good("m"), "topas_dag": ["code|eng"]}),
         ("dag-type", "topas_dag", {**_good("m"), "topas_dag": "plan|arch|plan|"}),
         ("done-unknown", "topas_done", {**_good("m"), "topas_done": ["spec"]}),
         ("done-type", "topas_done", {**_good("m"), "topas_done": "plan"}),
-        ("agent-missing", "topas_agent", {k: v for k, v in _good("m").items()
-                                          if k != "topas_agent"}),
+        (
+            "agent-missing",
+            "topas_agent",
+            {k: v for k, v in _good("m").items() if k != "topas_agent"},
+        ),
         ("stage-type", "topas_stage", {**_good("m"), "topas_stage": 7}),
     ]
-    bad_numbers = [("inf", math.inf), ("-inf", -math.inf), ("nan", math.nan), ("neg", -1),
-                   ("past-max", MAX_INT + 1), ("huge", 2**63 - 1), ("huge-float", 1e300),
-                   ("frac", 2.5),
-                   ("non-numeric", "abc"), ("numeric-str", "12"), ("list", [1]),
-                   ("bool", True)]
-    for key in ("topas_prefix_tokens", "topas_round", "topas_arrival_s", "topas_final",
-                "topas_task"):
+    bad_numbers = [
+        ("inf", math.inf),
+        ("-inf", -math.inf),
+        ("nan", math.nan),
+        ("neg", -1),
+        ("past-max", MAX_INT + 1),
+        ("huge", 2**63 - 1),
+        ("huge-float", 1e300),
+        ("frac", 2.5),
+        ("non-numeric", "abc"),
+        ("numeric-str", "12"),
+        ("list", [1]),
+        ("bool", True),
+    ]
+    for key in (
+        "topas_prefix_tokens",
+        "topas_round",
+        "topas_arrival_s",
+        "topas_final",
+        "topas_task",
+    ):
         for name, v in bad_numbers:
             if key == "topas_final" and v is True:
                 continue  # True == 1: a valid final flag
-            if key == "topas_arrival_s" and name in ("past-max", "huge", "huge-float",
-                                                     "frac"):
+            if key == "topas_arrival_s" and name in ("past-max", "huge", "huge-float", "frac"):
                 continue  # finite times >= 0 are valid (the engine clamps to now)
-            if key == "topas_task" and name in ("neg", "numeric-str", "non-numeric",
-                                                "past-max", "huge"):
+            if key == "topas_task" and name in (
+                "neg",
+                "numeric-str",
+                "non-numeric",
+                "past-max",
+                "huge",
+            ):
                 continue  # any string or 64-bit integer is a valid task id
             cases.append((f"{key}={name}", key, {**_good("m"), key: v}))
-    return [(cid, key, {**tag, "topas_task": tag.get("topas_task", "m")}
-             if key != "topas_task" else tag) for cid, key, tag in cases]
+    return [
+        (
+            cid,
+            key,
+            {**tag, "topas_task": tag.get("topas_task", "m")} if key != "topas_task" else tag,
+        )
+        for cid, key, tag in cases
+    ]
 
 
 def test_malformed_tags_are_served_untagged_and_logged(engine, warnings_log, monkeypatch):
@@ -159,8 +206,7 @@ def test_repeated_bad_tags_are_rate_limited(engine, warnings_log, monkeypatch):
     monkeypatch.setattr(sched, "tag_warn_interval_s", 3600.0)
     sched._tag_warned.clear()
     for k in range(3):
-        _submit(eng, f"rl{k}", _prompt(f"rl{k}"), tag={**_good(f"rl{k}"),
-                                                       "topas_round": math.inf})
+        _submit(eng, f"rl{k}", _prompt(f"rl{k}"), tag={**_good(f"rl{k}"), "topas_round": math.inf})
     _submit(eng, "rl-dag", _prompt("rl-dag"), tag={**_good("rld"), "topas_dag": ["x|y"]})
     assert len(_run(eng)) == 4
     assert len(warnings_log) == 2  # one per key
@@ -192,8 +238,15 @@ def test_an_aborted_call_is_no_history_and_no_progress(engine, policy):
     sched.set_policy(policy)
     agent = f"abort-{policy}"
     t = f"ab-{policy}"
-    tag = dict(task=t, stage="code", agent=agent, prefix_tokens=BS, kind="code", dag=[
-        ("plan", "arch", "plan", ()), ("code", agent, "code", ("plan",))], done=["plan"])
+    tag = dict(
+        task=t,
+        stage="code",
+        agent=agent,
+        prefix_tokens=BS,
+        kind="code",
+        dag=[("plan", "arch", "plan", ()), ("code", agent, "code", ("plan",))],
+        done=["plan"],
+    )
     # 1) the stage's first call, final, aborted mid-decode: no progress at all
     _submit(eng, f"{t}-0", _prompt(f"{t}-0", agent), out=64, tag=make_tag(**tag, final=True))
     _step_until_decoding(eng, f"{t}-0")
@@ -209,16 +262,26 @@ def test_an_aborted_call_is_no_history_and_no_progress(engine, policy):
     _submit(eng, f"{t}-1", _prompt(f"{t}-1", agent), out=2, tag=make_tag(**tag))
     _run(eng)
     assert st.rounds_done == 1 and st.status == StageStatus.TOOL
-    _submit(eng, f"{t}-2", _prompt(f"{t}-1", agent, dyn=200), out=64,
-            tag=make_tag(**tag, round_index=1, final=True))
+    _submit(
+        eng,
+        f"{t}-2",
+        _prompt(f"{t}-1", agent, dyn=200),
+        out=64,
+        tag=make_tag(**tag, round_index=1, final=True),
+    )
     _step_until_decoding(eng, f"{t}-2")
     eng.abort_request([f"{t}-2"])
     _run(eng)
     assert st.rounds_done == 1 and st.output_tokens == 2 and st.status == StageStatus.TOOL
     assert (agent, "code") not in sched._history and task.stages_done == 1
     # 3) the retry of call 1 completes: the stage is done, one record of two calls
-    _submit(eng, f"{t}-3", _prompt(f"{t}-1", agent, dyn=200), out=2,
-            tag=make_tag(**tag, round_index=1, final=True))
+    _submit(
+        eng,
+        f"{t}-3",
+        _prompt(f"{t}-1", agent, dyn=200),
+        out=2,
+        tag=make_tag(**tag, round_index=1, final=True),
+    )
     _run(eng)
     assert st.status == StageStatus.DONE and task.stages_done == 2
     (rec,) = sched._history[(agent, "code")]
@@ -234,14 +297,25 @@ def test_forgotten_task_is_rebuilt_from_topas_done_and_round(engine, monkeypatch
     the rebuilt stage's service time is unknown, so it enters no history."""
     eng, sched = engine
     agent, t = "rs-eng", "rs"
-    dag = [("plan", "rs-arch", "plan", ()), ("code", agent, "code", ("plan",)),
-           ("test", "rs-qa", "test", ("code",))]
+    dag = [
+        ("plan", "rs-arch", "plan", ()),
+        ("code", agent, "code", ("plan",)),
+        ("test", "rs-qa", "test", ("code",)),
+    ]
     arrival = time.time() - 5.0
     common = dict(task=t, dag=dag, arrival_s=arrival, prefix_tokens=BS)
-    _submit(eng, "rs-plan", _prompt("rs-plan", "rs-arch"),
-            tag=make_tag(stage="plan", agent="rs-arch", final=True, **common))
-    _submit(eng, "rs-code0", _prompt("rs-code", agent),
-            tag=make_tag(stage="code", agent=agent, done=["plan"], **common))
+    _submit(
+        eng,
+        "rs-plan",
+        _prompt("rs-plan", "rs-arch"),
+        tag=make_tag(stage="plan", agent="rs-arch", final=True, **common),
+    )
+    _submit(
+        eng,
+        "rs-code0",
+        _prompt("rs-code", agent),
+        tag=make_tag(stage="code", agent=agent, done=["plan"], **common),
+    )
     _run(eng)
     tid = sched._task_ids[t]
     assert sched._tasks[tid].stages["code"].rounds_done == 1
@@ -254,9 +328,12 @@ def test_forgotten_task_is_rebuilt_from_topas_done_and_round(engine, monkeypatch
     monkeypatch.setattr(sched, "task_idle_s", 300.0)
     # the client resends its progress: plan is done, this is code's call 1 (without
     # topas_done the rebuilt task would wait for plan forever)
-    _submit(eng, "rs-code1", _prompt("rs-code", agent, dyn=200),
-            tag=make_tag(stage="code", agent=agent, done=["plan"], round_index=1, final=True,
-                         **common))
+    _submit(
+        eng,
+        "rs-code1",
+        _prompt("rs-code", agent, dyn=200),
+        tag=make_tag(stage="code", agent=agent, done=["plan"], round_index=1, final=True, **common),
+    )
     _step_until_decoding(eng, "rs-code1", min_tokens=1)
     task = sched._tasks[tid]
     assert task.stages["plan"].status == StageStatus.DONE
@@ -270,9 +347,12 @@ def test_forgotten_task_is_rebuilt_from_topas_done_and_round(engine, monkeypatch
     assert task.stages["code"].rounds_done == 2 and task.stages_done == 2
     assert len(sched._history.get((agent, "code"), ())) == n_code_hist  # no partial record
     # the next stage, with the full done list, is an ordinary tagged call
-    _submit(eng, "rs-test", _prompt("rs-test", "rs-qa"),
-            tag=make_tag(stage="test", agent="rs-qa", done=["plan", "code"], final=True,
-                         **common))
+    _submit(
+        eng,
+        "rs-test",
+        _prompt("rs-test", "rs-qa"),
+        tag=make_tag(stage="test", agent="rs-qa", done=["plan", "code"], final=True, **common),
+    )
     _run(eng)
     assert task.stages_done == 3 and sched.topas_stats["bad_tags"] == 0
     assert len(sched._history[("rs-qa", "test")]) == 1

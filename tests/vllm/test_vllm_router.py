@@ -43,16 +43,38 @@ KV_BYTES = 8 << 20
 def _start(tiny_model: str, log_path) -> tuple[subprocess.Popen, str, object]:
     port = free_port()
     # one OpenMP thread each and no core binding: the two servers share the machine's cores
-    env = dict(os.environ, TOPAS_POLICY="fcfs", VLLM_ENABLE_V1_MULTIPROCESSING="0",
-               OMP_NUM_THREADS="1", VLLM_CPU_OMP_THREADS_BIND="nobind")
+    env = dict(
+        os.environ,
+        TOPAS_POLICY="fcfs",
+        VLLM_ENABLE_V1_MULTIPROCESSING="0",
+        OMP_NUM_THREADS="1",
+        VLLM_CPU_OMP_THREADS_BIND="nobind",
+    )
     log = open(log_path, "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", tiny_model,
-         "--host", "127.0.0.1", "--port", str(port), "--enforce-eager",
-         "--kv-cache-memory-bytes", str(KV_BYTES), "--max-model-len", "2048",
-         "--enable-prefix-caching",
-         "--scheduler-cls", "topas.integrations.vllm.scheduler.TopasScheduler"],
-        stdout=log, stderr=subprocess.STDOUT, env=env)
+        [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            tiny_model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--enforce-eager",
+            "--kv-cache-memory-bytes",
+            str(KV_BYTES),
+            "--max-model-len",
+            "2048",
+            "--enable-prefix-caching",
+            "--scheduler-cls",
+            "topas.integrations.vllm.scheduler.TopasScheduler",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     return proc, f"http://127.0.0.1:{port}", log
 
 
@@ -80,15 +102,28 @@ def _workflow(svc: RouterService, model: str, seed: int) -> dict[str, list[int]]
         history = [rng.randrange(10, VOCAB) for _ in range(64 + 96 * (ROUNDS - 1))]
         task = f"{agent}-{seed}"
         for r in range(ROUNDS):
-            prompt = prefix + history[:64 + 96 * r]  # the stage's prompt grows each round
-            body = {"model": model, "prompt": prompt, "max_tokens": 4, "min_tokens": 4,
-                    "ignore_eos": True, "temperature": 0.0,
-                    "vllm_xargs": make_tag(task=task, stage="react", agent=agent,
-                                           prefix_tokens=PREFIX, round_index=r,
-                                           dag=[("react", agent, "react", ())])}
-            req = urllib.request.Request(svc.url + "/v1/completions",
-                                         data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
+            prompt = prefix + history[: 64 + 96 * r]  # the stage's prompt grows each round
+            body = {
+                "model": model,
+                "prompt": prompt,
+                "max_tokens": 4,
+                "min_tokens": 4,
+                "ignore_eos": True,
+                "temperature": 0.0,
+                "vllm_xargs": make_tag(
+                    task=task,
+                    stage="react",
+                    agent=agent,
+                    prefix_tokens=PREFIX,
+                    round_index=r,
+                    dag=[("react", agent, "react", ())],
+                ),
+            }
+            req = urllib.request.Request(
+                svc.url + "/v1/completions",
+                data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json"},
+            )
             with urllib.request.urlopen(req, timeout=120) as resp:
                 out = json.loads(resp.read())
                 where.setdefault(agent, []).append(int(resp.headers["X-Topas-Backend"]))
@@ -107,16 +142,19 @@ def test_router_service_keeps_prefixes_where_they_are_cached(tiny_model, tmp_pat
         hits: dict[str, float] = {}
         for seed, name in enumerate(("task-affinity", "prefix-affinity", "topas", "round-robin")):
             before = [_prefix_hits(b) for b in bases]
-            with RouterService(bases, router=name, profile="cpu/tiny-llama",
-                               kv_budget_tokens=KV_BYTES // 2048) as svc:
+            with RouterService(
+                bases, router=name, profile="cpu/tiny-llama", kv_budget_tokens=KV_BYTES // 2048
+            ) as svc:
                 assert http_get(svc.url + "/health")[0] == 200
                 where = _workflow(svc, tiny_model, seed + 1)
                 stats = json.loads(http_get(svc.url + "/router/stats")[1])
             after = [_prefix_hits(b) for b in bases]
             per = [a[0] - b[0] for a, b in zip(after, before)]
             hits[name] = sum(per)
-            print(f"\n{name}: placement {where}, prefix-cache hit tokens per server {per} "
-                  f"(queried {[a[1] - b[1] for a, b in zip(after, before)]})")
+            print(
+                f"\n{name}: placement {where}, prefix-cache hit tokens per server {per} "
+                f"(queried {[a[1] - b[1] for a, b in zip(after, before)]})"
+            )
             assert stats["routed"] == len(AGENTS) * ROUNDS and stats["errors"] == 0
             if name == "round-robin":
                 assert all(w == [0, 1] * (ROUNDS // 2) for w in where.values())

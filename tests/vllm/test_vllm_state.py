@@ -38,8 +38,11 @@ class _Recording:
 
 
 def _history(hist) -> Counter:
-    return Counter((r.workflow, r.kind, r.agent, r.rounds, r.output_tokens)
-                   for recs in hist.values() for r in recs)
+    return Counter(
+        (r.workflow, r.kind, r.agent, r.rounds, r.output_tokens)
+        for recs in hist.values()
+        for r in recs
+    )
 
 
 @pytest.mark.parametrize("policy", ["fcfs", "continuum", "topas"])
@@ -78,8 +81,9 @@ def test_same_workload_same_stage_history_on_both_engines(engine, policy):
     (tid,) = [sched._task_ids[k] for k in list(sched._task_ids)[n0:]]
     vtask = sched._tasks[tid]
 
-    sim = Simulator(scaled, agents, get_profile("cpu/tiny-llama"), make_policy(policy, seed=0),
-                    seed=0)
+    sim = Simulator(
+        scaled, agents, get_profile("cpu/tiny-llama"), make_policy(policy, seed=0), seed=0
+    )
     sim.run()
     assert vllm_hist == _history(sim.state.history)
     spec = scaled[0]

@@ -22,8 +22,13 @@ def context_credit(computed_tokens: int, prompt_tokens: int, block_size: int) ->
     return n - n % block_size if block_size > 1 else n
 
 
-def task_lower_bound(task: Task, agents: Mapping[str, Agent], cost: CostModel,
-                     chunk_tokens: int = 8192, block_size: int = 1) -> float:
+def task_lower_bound(
+    task: Task,
+    agents: Mapping[str, Agent],
+    cost: CostModel,
+    chunk_tokens: int = 8192,
+    block_size: int = 1,
+) -> float:
     """The task's critical path on an empty engine: every call alone, its agent prefix already
     resident and the previous call's context of its stage still cached (credited by the
     engine's rule, :func:`context_credit`, for ``block_size``); tool delays included.
@@ -39,10 +44,12 @@ def task_lower_bound(task: Task, agents: Mapping[str, Agent], cost: CostModel,
             # a cached context saves prefill FLOPs but adds attention over it; in the
             # memory-bound regime that can cost more than prefilling it again, so the bound
             # takes whichever is shorter (the engine credits exactly ``cached`` or nothing)
-            t += min(cost.call_time_alone(c.prompt_tokens - cached, c.output_tokens,
-                                          prefix + cached, chunk_tokens),
-                     cost.call_time_alone(c.prompt_tokens, c.output_tokens, prefix,
-                                          chunk_tokens))
+            t += min(
+                cost.call_time_alone(
+                    c.prompt_tokens - cached, c.output_tokens, prefix + cached, chunk_tokens
+                ),
+                cost.call_time_alone(c.prompt_tokens, c.output_tokens, prefix, chunk_tokens),
+            )
             if j < len(s.calls) - 1:
                 t += c.tool_delay_s
             prev_computed = c.prompt_tokens + c.output_tokens - 1

@@ -55,12 +55,18 @@ class ClusterResult:
             setattr(c, f.name, max(vals) if f.name.startswith("peak") else sum(vals))
         first = self.replicas[0]
         return SimResult(
-            policy=first.policy, profile=first.profile, seed=first.seed,
+            policy=first.policy,
+            profile=first.profile,
+            seed=first.seed,
             tasks=sorted((t for r in self.replicas for t in r.tasks), key=lambda t: t.task_id),
-            requests=sorted((q for r in self.replicas for q in r.requests),
-                            key=lambda q: q.request_id),
-            counters=c, decision_s=[d for r in self.replicas for d in r.decision_s],
-            makespan_s=max(r.makespan_s for r in self.replicas), wall_s=self.wall_s)
+            requests=sorted(
+                (q for r in self.replicas for q in r.requests), key=lambda q: q.request_id
+            ),
+            counters=c,
+            decision_s=[d for r in self.replicas for d in r.decision_s],
+            makespan_s=max(r.makespan_s for r in self.replicas),
+            wall_s=self.wall_s,
+        )
 
 
 class Cluster:
@@ -68,20 +74,32 @@ class Cluster:
     ``router``.  Engine keywords (``context_cache``, ``preemption``, ...) apply to every
     replica.  ``progress(n)`` is called as requests finish."""
 
-    def __init__(self, tasks: Sequence[Task], agents: Mapping[str, Agent], profile: Profile,
-                 make_policy: Callable[[], object], router: Router, *, replicas: int = 2,
-                 seed: int = 0, progress: Callable[[int], None] | None = None,
-                 **engine_kw) -> None:
+    def __init__(
+        self,
+        tasks: Sequence[Task],
+        agents: Mapping[str, Agent],
+        profile: Profile,
+        make_policy: Callable[[], object],
+        router: Router,
+        *,
+        replicas: int = 2,
+        seed: int = 0,
+        progress: Callable[[int], None] | None = None,
+        **engine_kw,
+    ) -> None:
         if not isinstance(replicas, int) or replicas < 1:
             raise ValueError(f"replicas {replicas!r}: must be an integer >= 1")
         if not callable(getattr(router, "route", None)):
             raise ValueError(f"router {router!r}: has no route(request, view) method")
         self.router = router
-        self.sims = [Simulator([], agents, profile, make_policy(), seed=seed, progress=progress,
-                               **engine_kw) for _ in range(replicas)]
+        self.sims = [
+            Simulator([], agents, profile, make_policy(), seed=seed, progress=progress, **engine_kw)
+            for _ in range(replicas)
+        ]
         first = self.sims[0]
-        self.tasks_in = validate_tasks(tasks, first.agents, first.config.kv_budget_tokens,
-                                       first.config.block_size)
+        self.tasks_in = validate_tasks(
+            tasks, first.agents, first.config.kv_budget_tokens, first.config.block_size
+        )
         ids = itertools.count(1)
         truth: dict = {}
         specs: dict = {}
@@ -114,33 +132,63 @@ class Cluster:
     def _view(self, t: float) -> ClusterView:
         views = []
         for s in self.sims:
+
             def ctx(key, s=s) -> int:
                 h = s.held.get(key)
                 if h is not None:
                     return h.tokens
                 c = s.ctx_cache.get(key)
                 return c[1] if c is not None else 0
+
             i = s.replica_id
-            views.append(ReplicaView(i, len(s.running), len(s.waiting) + self._transit_n[i],
-                                     s._wprompt + self._transit_tokens[i], s.used_kv,
-                                     s.config.kv_budget_tokens, s.prefixes, ctx, s.cost))
+            views.append(
+                ReplicaView(
+                    i,
+                    len(s.running),
+                    len(s.waiting) + self._transit_n[i],
+                    s._wprompt + self._transit_tokens[i],
+                    s.used_kv,
+                    s.config.kv_budget_tokens,
+                    s.prefixes,
+                    ctx,
+                    s.cost,
+                )
+            )
         return ClusterView(t, tuple(views), self._n_routed)
 
-    def route(self, ts: TaskState, stage: str, round_index: int, t: float,
-              origin: Simulator | None, cause: str = "ready") -> None:
+    def route(
+        self,
+        ts: TaskState,
+        stage: str,
+        round_index: int,
+        t: float,
+        origin: Simulator | None,
+        cause: str = "ready",
+    ) -> None:
         spec = self.sims[0]._stage_spec[(ts.task_id, stage)]
         key = (ts.task_id, stage)
         prev = self._where.get(key)
         n_out = self._out_n.get(spec.agent)
-        req = RouteRequest(ts.task_id, ts.workflow, stage, spec.agent, round_index,
-                           spec.calls[round_index].prompt_tokens,
-                           self.sims[0].agents[spec.agent].prefix_tokens, t, ts.arrival_s,
-                           self._home.get(ts.task_id), prev,
-                           self._out_sum[spec.agent] / n_out if n_out else None)
+        req = RouteRequest(
+            ts.task_id,
+            ts.workflow,
+            stage,
+            spec.agent,
+            round_index,
+            spec.calls[round_index].prompt_tokens,
+            self.sims[0].agents[spec.agent].prefix_tokens,
+            t,
+            ts.arrival_s,
+            self._home.get(ts.task_id),
+            prev,
+            self._out_sum[spec.agent] / n_out if n_out else None,
+        )
         rid = self.router.route(req, self._view(t))
         if not isinstance(rid, int) or isinstance(rid, bool) or not 0 <= rid < len(self.sims):
-            raise RouterError(f"router {getattr(self.router, 'name', self.router)!r} returned "
-                              f"{rid!r}, not a replica id in 0..{len(self.sims) - 1}")
+            raise RouterError(
+                f"router {getattr(self.router, 'name', self.router)!r} returned "
+                f"{rid!r}, not a replica id in 0..{len(self.sims) - 1}"
+            )
         self._n_routed += 1
         self._routed[rid] += 1
         if prev is not None and prev != rid:
@@ -168,8 +216,9 @@ class Cluster:
     def landed(self, rid: int, task_id: int, stage: str, round_index: int) -> None:
         """A routed call reached its replica's queue (Simulator, on the routed event)."""
         self._transit_n[rid] -= 1
-        self._transit_tokens[rid] -= \
+        self._transit_tokens[rid] -= (
             self.sims[0]._stage_spec[(task_id, stage)].calls[round_index].prompt_tokens
+        )
 
     def _push(self, rid: int, t: float, kind: int, payload) -> None:
         self.sims[rid]._push(t, kind, payload)
@@ -216,8 +265,12 @@ class Cluster:
                 raise PolicyStalled(
                     f"cluster at t={max(s.now for s in sims):.3f}s: {total - self._tasks_done} "
                     "unfinished task(s), and every replica is idle: "
-                    + "; ".join(f"replica {s.replica_id} ({s._pname()}) has {len(s.waiting)} "
-                                "waiting request(s) it admits none of" for s in sims))
+                    + "; ".join(
+                        f"replica {s.replica_id} ({s._pname()}) has {len(s.waiting)} "
+                        "waiting request(s) it admits none of"
+                        for s in sims
+                    )
+                )
             s = sims[best]
             if s.now < t_next:
                 s.now = t_next
@@ -236,6 +289,9 @@ class Cluster:
             ns_ok[best] = False
         return ClusterResult(
             router=getattr(self.router, "name", type(self.router).__name__),
-            policy=sims[0]._pname(), replicas=[s.result(wall0) for s in sims],
-            routed=list(self._routed), wall_s=_time.perf_counter() - wall0,
-            moved_contexts=self._moved)
+            policy=sims[0]._pname(),
+            replicas=[s.result(wall0) for s in sims],
+            routed=list(self._routed),
+            wall_s=_time.perf_counter() - wall0,
+            moved_contexts=self._moved,
+        )

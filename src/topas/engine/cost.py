@@ -99,19 +99,34 @@ class Profile:
         overhead, compute and memory arms alike) multiplied by ``factor``; the host link is
         left as it is.  Used to replay a calibrated profile at an engine's measured speed."""
         if not (factor > 0 and math.isfinite(factor)):
-            raise ValueError(f"profile {self.name!r}: time factor {factor} must be finite "
-                             "and > 0")
+            raise ValueError(f"profile {self.name!r}: time factor {factor} must be finite and > 0")
         h = self.hardware
-        return replace(self, hardware=replace(
-            h, overhead_s=h.overhead_s * factor, peak_flops=h.peak_flops / factor,
-            hbm_bytes_per_s=h.hbm_bytes_per_s / factor))
+        return replace(
+            self,
+            hardware=replace(
+                h,
+                overhead_s=h.overhead_s * factor,
+                peak_flops=h.peak_flops / factor,
+                hbm_bytes_per_s=h.hbm_bytes_per_s / factor,
+            ),
+        )
 
 
 class CostModel:
     """Iteration, prefill, decode and swap times for one hardware + model pair (seconds)."""
 
-    __slots__ = ("hardware", "model", "mu", "_c_lin", "_c_attn", "_flop_rate", "_byte_rate",
-                 "_w_bytes", "overhead_s", "swap_s_per_token")
+    __slots__ = (
+        "hardware",
+        "model",
+        "mu",
+        "_c_lin",
+        "_c_attn",
+        "_flop_rate",
+        "_byte_rate",
+        "_w_bytes",
+        "overhead_s",
+        "swap_s_per_token",
+    )
 
     def __init__(self, hardware: Hardware, model: ModelShape) -> None:
         self.hardware = hardware
@@ -119,8 +134,9 @@ class CostModel:
         self.mu = model.kv_bytes_per_token
         self._c_lin = 2.0 * model.params
         if not hardware.attn_eff > 0:
-            raise ValueError(f"hardware {hardware.name!r}: attn_eff {hardware.attn_eff} "
-                             "must be > 0")
+            raise ValueError(
+                f"hardware {hardware.name!r}: attn_eff {hardware.attn_eff} must be > 0"
+            )
         # folding 1/attn_eff into the per-pair FLOP count keeps iteration_time and the
         # closed-form decode arms (which both use _c_attn) consistent
         self._c_attn = 4.0 * model.layers * model.q_heads * model.head_dim / hardware.attn_eff
@@ -131,8 +147,9 @@ class CostModel:
         self.swap_s_per_token = self.mu / hardware.swap_bytes_per_s
 
     # -- one iteration ---------------------------------------------------------------------
-    def iteration_time(self, linear_tokens: float, attn_pairs: float,
-                       kv_read_tokens: float) -> float:
+    def iteration_time(
+        self, linear_tokens: float, attn_pairs: float, kv_read_tokens: float
+    ) -> float:
         """Time of one iteration that pushes ``linear_tokens`` tokens through the weights,
         computes ``attn_pairs`` attention pairs and reads ``kv_read_tokens`` KV tokens."""
         flops = self._c_lin * linear_tokens + self._c_attn * attn_pairs
@@ -184,8 +201,9 @@ class CostModel:
             return total + _arith(a0, a1, 0, split) + _arith(b0, b1, split, steps)
         return total + _arith(b0, b1, 0, split) + _arith(a0, a1, split, steps)
 
-    def decode_steps_within(self, batch: int, context_tokens: int, horizon_s: float,
-                            max_steps: int) -> int:
+    def decode_steps_within(
+        self, batch: int, context_tokens: int, horizon_s: float, max_steps: int
+    ) -> int:
         """Largest ``n <= max_steps`` whose run time is ``<= horizon_s``."""
         if horizon_s <= 0 or max_steps <= 0:
             return 0
@@ -218,8 +236,13 @@ class CostModel:
         return lo
 
     # -- a request alone on an empty engine (for lower bounds and priors) ------------------
-    def call_time_alone(self, prompt_tokens: int, output_tokens: int, context_before: int = 0,
-                        chunk_tokens: int = 8192) -> float:
+    def call_time_alone(
+        self,
+        prompt_tokens: int,
+        output_tokens: int,
+        context_before: int = 0,
+        chunk_tokens: int = 8192,
+    ) -> float:
         """Latency of one call alone on the engine: prefill ``prompt_tokens`` after
         ``context_before`` cached tokens (chunked), the last chunk yields the first token, then
         ``output_tokens - 1`` decode iterations."""
@@ -255,26 +278,54 @@ A100_80G = Hardware(
     source="NVIDIA A100 datasheet; efficiencies set so the spec's reference timings hold",
 )
 H100_80G = Hardware(
-    name="h100-80g", peak_flops=989e12, hbm_bytes_per_s=3.35e12, swap_bytes_per_s=50e9,
-    compute_eff=0.55, memory_eff=0.8, overhead_s=0.003,
+    name="h100-80g",
+    peak_flops=989e12,
+    hbm_bytes_per_s=3.35e12,
+    swap_bytes_per_s=50e9,
+    compute_eff=0.55,
+    memory_eff=0.8,
+    overhead_s=0.003,
     source="NVIDIA H100 SXM datasheet (dense BF16); PCIe 5.0 x16 effective",
 )
 H200 = Hardware(
-    name="h200", peak_flops=1979e12, hbm_bytes_per_s=4.8e12, swap_bytes_per_s=50e9,
-    compute_eff=0.5, memory_eff=0.8, overhead_s=0.003,
+    name="h200",
+    peak_flops=1979e12,
+    hbm_bytes_per_s=4.8e12,
+    swap_bytes_per_s=50e9,
+    compute_eff=0.5,
+    memory_eff=0.8,
+    overhead_s=0.003,
     source="NVIDIA H200 SXM datasheet (dense FP8, weights in FP8); PCIe 5.0 x16 effective",
 )
 QWEN25_32B = ModelShape(
-    name="qwen2.5-32b", layers=64, hidden=5120, q_heads=40, kv_heads=8, head_dim=128,
-    params=32.5e9, source="Qwen2.5-32B-Instruct config.json (spec section 6)",
+    name="qwen2.5-32b",
+    layers=64,
+    hidden=5120,
+    q_heads=40,
+    kv_heads=8,
+    head_dim=128,
+    params=32.5e9,
+    source="Qwen2.5-32B-Instruct config.json (spec section 6)",
 )
 LLAMA3_8B = ModelShape(
-    name="llama-3-8b", layers=32, hidden=4096, q_heads=32, kv_heads=8, head_dim=128,
-    params=8.03e9, source="Meta-Llama-3-8B config.json",
+    name="llama-3-8b",
+    layers=32,
+    hidden=4096,
+    q_heads=32,
+    kv_heads=8,
+    head_dim=128,
+    params=8.03e9,
+    source="Meta-Llama-3-8B config.json",
 )
 LLAMA3_70B = ModelShape(
-    name="llama-3-70b", layers=80, hidden=8192, q_heads=64, kv_heads=8, head_dim=128,
-    params=70.6e9, weight_bytes_per_param=1.0,
+    name="llama-3-70b",
+    layers=80,
+    hidden=8192,
+    q_heads=64,
+    kv_heads=8,
+    head_dim=128,
+    params=70.6e9,
+    weight_bytes_per_param=1.0,
     source="Meta-Llama-3-70B config.json; FP8 weights so it fits one H200, BF16 KV",
 )
 
@@ -288,26 +339,38 @@ def register_profile(p: Profile) -> Profile:
     return p
 
 
-register_profile(Profile(
-    name="a100-80g/qwen2.5-32b", hardware=A100_80G, model=QWEN25_32B,
-    # 80 GB - 65 GB weights - activations leaves ~8-9 GB of KV: 32k tokens of 256 KiB
-    # (spec section 6: "roughly 25-40 k tokens").
-    kv_budget_tokens=32_768,
-    host_capacity_tokens=(64 * GiB) // QWEN25_32B.kv_bytes_per_token,  # 64 GiB host tier
-    notes="The paper's setup: one A100-80GB serving Qwen2.5-32B-Instruct (SGLang v0.5.3).",
-))
-register_profile(Profile(
-    name="h100-80g/llama-3-8b", hardware=H100_80G, model=LLAMA3_8B,
-    # 0.9 * 80 GB - 16 GB weights - ~4 GB activations = ~52 GB of 128 KiB tokens
-    kv_budget_tokens=400_000,
-    host_capacity_tokens=(128 * GiB) // LLAMA3_8B.kv_bytes_per_token,
-))
-register_profile(Profile(
-    name="h200/llama-3-70b", hardware=H200, model=LLAMA3_70B,
-    # 0.9 * 141 GB - 70.6 GB FP8 weights - ~4 GB activations = ~52 GB of 320 KiB tokens
-    kv_budget_tokens=160_000,
-    host_capacity_tokens=(256 * GiB) // LLAMA3_70B.kv_bytes_per_token,
-))
+register_profile(
+    Profile(
+        name="a100-80g/qwen2.5-32b",
+        hardware=A100_80G,
+        model=QWEN25_32B,
+        # 80 GB - 65 GB weights - activations leaves ~8-9 GB of KV: 32k tokens of 256 KiB
+        # (spec section 6: "roughly 25-40 k tokens").
+        kv_budget_tokens=32_768,
+        host_capacity_tokens=(64 * GiB) // QWEN25_32B.kv_bytes_per_token,  # 64 GiB host tier
+        notes="The paper's setup: one A100-80GB serving Qwen2.5-32B-Instruct (SGLang v0.5.3).",
+    )
+)
+register_profile(
+    Profile(
+        name="h100-80g/llama-3-8b",
+        hardware=H100_80G,
+        model=LLAMA3_8B,
+        # 0.9 * 80 GB - 16 GB weights - ~4 GB activations = ~52 GB of 128 KiB tokens
+        kv_budget_tokens=400_000,
+        host_capacity_tokens=(128 * GiB) // LLAMA3_8B.kv_bytes_per_token,
+    )
+)
+register_profile(
+    Profile(
+        name="h200/llama-3-70b",
+        hardware=H200,
+        model=LLAMA3_70B,
+        # 0.9 * 141 GB - 70.6 GB FP8 weights - ~4 GB activations = ~52 GB of 320 KiB tokens
+        kv_budget_tokens=160_000,
+        host_capacity_tokens=(256 * GiB) // LLAMA3_70B.kv_bytes_per_token,
+    )
+)
 
 DEFAULT_PROFILE = "a100-80g/qwen2.5-32b"
 

@@ -27,13 +27,22 @@ class Deciding:
             self._wreq = {rid: j.req for rid, j in self.waiting.items()}
             self._waiting_sorted = True
         return Snapshot(
-            time_s=self.now, event=self._pending_event or "tick", config=self.config,
-            cost=self.cost, used_kv_tokens=self.used_kv, prefixes=self.prefixes,
+            time_s=self.now,
+            event=self._pending_event or "tick",
+            config=self.config,
+            cost=self.cost,
+            used_kv_tokens=self.used_kv,
+            prefixes=self.prefixes,
             running=tuple(j.req for j in self.running.values()),
-            waiting=tuple(self._wreq.values()), waiting_fcfs=True,
-            waiting_program=tuple(self._wprog), waiting_ready_sum_s=self._wready_sum,
-            tasks=self.tasks, held=dict(self.held), history=self.history,
-            host_used_tokens=self.host_used, history_records=self.state.history_records,
+            waiting=tuple(self._wreq.values()),
+            waiting_fcfs=True,
+            waiting_program=tuple(self._wprog),
+            waiting_ready_sum_s=self._wready_sum,
+            tasks=self.tasks,
+            held=dict(self.held),
+            history=self.history,
+            host_used_tokens=self.host_used,
+            history_records=self.state.history_records,
             run_id=self.state.run_id,
         )
 
@@ -45,7 +54,8 @@ class Deciding:
             raise PolicyStalled(
                 f"policy {self._pname()} at t={self.now:.6f}s: livelock, {self._decisions_now} "
                 "decisions at one instant without the clock advancing (an admission that the "
-                "engine has to preempt again at once?)")
+                "engine has to preempt again at once?)"
+            )
         snap = self.snapshot()
         t0 = _time.perf_counter()
         dec = self.policy.decide(snap)
@@ -53,8 +63,9 @@ class Deciding:
         self.counters.decisions += 1
         self._pending_event = ""
         if not isinstance(dec, Decision):
-            raise DecisionError(f"policy {self._pname()}: decide() returned {type(dec).__name__}, "
-                                "not a Decision")
+            raise DecisionError(
+                f"policy {self._pname()}: decide() returned {type(dec).__name__}, not a Decision"
+            )
         if self.on_decision is not None:
             self.on_decision(snap, dec)
         self._apply(dec)
@@ -72,9 +83,16 @@ class Deciding:
             return
         # the whole decision is checked before anything changes (engine/state.py)
         try:
-            check(d, now=self.now, config=self.config, used_kv=self.used_kv,
-                  prefixes=self.prefixes, waiting=self._wreq,
-                  running={rid: j.req for rid, j in self.running.items()}, held=self.held)
+            check(
+                d,
+                now=self.now,
+                config=self.config,
+                used_kv=self.used_kv,
+                prefixes=self.prefixes,
+                waiting=self._wreq,
+                running={rid: j.req for rid, j in self.running.items()},
+                held=self.held,
+            )
         except DecisionError as e:
             raise self._bad(str(e)) from None
 

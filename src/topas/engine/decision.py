@@ -51,8 +51,16 @@ class Decision:
 
     @property
     def empty(self) -> bool:
-        return not (self.admit or self.preempt or self.load or self.evict or self.drop
-                    or self.hold or self.release or self.credit)
+        return not (
+            self.admit
+            or self.preempt
+            or self.load
+            or self.evict
+            or self.drop
+            or self.hold
+            or self.release
+            or self.credit
+        )
 
 
 NOOP = Decision()

@@ -159,8 +159,11 @@ class Iteration:
         r.generated_tokens += n
         j.ctx += n
         self.counters.decode_tokens += n
-        new_kv = self._blocks(r.prompt_tokens + r.generated_tokens) if self.config.block_size > 1 \
+        new_kv = (
+            self._blocks(r.prompt_tokens + r.generated_tokens)
+            if self.config.block_size > 1
             else r.kv_tokens + n
+        )
         self.used_kv += new_kv - r.kv_tokens
         r.kv_tokens = new_kv
         if self.used_kv > self.counters.peak_kv_tokens or self.ctx_cache_tokens:
@@ -180,8 +183,11 @@ class Iteration:
         if b <= 1:
             return free // n
         # block granularity: a request needs a new block when its length crosses a boundary
-        lens = np.fromiter((j.req.prompt_tokens + j.req.generated_tokens for j in decoders),
-                           dtype=np.int64, count=n)
+        lens = np.fromiter(
+            (j.req.prompt_tokens + j.req.generated_tokens for j in decoders),
+            dtype=np.int64,
+            count=n,
+        )
         cur = -(-lens // b)
 
         def extra(k: int) -> int:
@@ -241,9 +247,17 @@ class Iteration:
         """Out of KV for the next decode token.  Like SGLang's radix cache and vLLM's free
         block pool, the engine first evicts idle cached prefixes (least recently used first);
         only when none is left does it preempt the most recently admitted request."""
-        idle = sorted((p for p in self.prefixes.values() if p.location == Location.DEVICE
-                       and p.users == 0 and p.transfer is None and p.agent not in self.prefix_jobs),
-                      key=lambda p: p.last_used_s)
+        idle = sorted(
+            (
+                p
+                for p in self.prefixes.values()
+                if p.location == Location.DEVICE
+                and p.users == 0
+                and p.transfer is None
+                and p.agent not in self.prefix_jobs
+            ),
+            key=lambda p: p.last_used_s,
+        )
         if idle:
             self._drop_prefix(idle[0].agent, keep_host_copy=True)
             self._note("engine-evict")

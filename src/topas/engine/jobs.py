@@ -10,9 +10,16 @@ _ARRIVAL, _TOOL, _SWAP_IN, _SWAP_OUT, _HOLD = range(5)
 # round, the cause to note), a context whose stage a router
 # moved elsewhere, a task finished on another replica
 _INJECT, _FORGET, _TASK_DONE = range(5, 8)
-_EVENT_NAMES = {_ARRIVAL: "arrival", _TOOL: "tool", _SWAP_IN: "swap-in", _SWAP_OUT: "swap-out",
-                _HOLD: "hold-expiry", _INJECT: "routed", _FORGET: "route-away",
-                _TASK_DONE: "task-done"}
+_EVENT_NAMES = {
+    _ARRIVAL: "arrival",
+    _TOOL: "tool",
+    _SWAP_IN: "swap-in",
+    _SWAP_OUT: "swap-out",
+    _HOLD: "hold-expiry",
+    _INJECT: "routed",
+    _FORGET: "route-away",
+    _TASK_DONE: "task-done",
+}
 
 
 class PolicyStalled(RuntimeError):
@@ -22,8 +29,17 @@ class PolicyStalled(RuntimeError):
 class _Job:
     """Engine-private state of one request: its truth and its progress."""
 
-    __slots__ = ("req", "out_total", "prefill_left", "ctx", "tool_after_s", "last",
-                 "first_admit_s", "hit", "gen0")
+    __slots__ = (
+        "req",
+        "out_total",
+        "prefill_left",
+        "ctx",
+        "tool_after_s",
+        "last",
+        "first_admit_s",
+        "hit",
+        "gen0",
+    )
 
     def __init__(self, req: RequestState, out_total: int, tool_after_s: float, last: bool):
         self.req = req

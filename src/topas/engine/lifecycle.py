@@ -47,16 +47,22 @@ class Lifecycle:
             if h.expires_s > self.now:
                 self.used_kv -= h.tokens
                 p.users -= 1  # the held context's claim on the prefix passes to the request
-            r.cached_tokens = context_credit(h.computed_tokens, r.prompt_tokens,
-                                             self.config.block_size)
+            r.cached_tokens = context_credit(
+                h.computed_tokens, r.prompt_tokens, self.config.block_size
+            )
             if r.round_index > 0:
                 # never more than the previous round's context gives: on one engine that is
                 # the context found; on a cluster's replica the stage moved away from and
                 # back to, an older round's context cached there may be found instead
                 prev = self._stage_spec[key].calls[r.round_index - 1]
-                r.cached_tokens = min(r.cached_tokens, context_credit(
-                    prev.prompt_tokens + prev.output_tokens - 1, r.prompt_tokens,
-                    self.config.block_size))
+                r.cached_tokens = min(
+                    r.cached_tokens,
+                    context_credit(
+                        prev.prompt_tokens + prev.output_tokens - 1,
+                        r.prompt_tokens,
+                        self.config.block_size,
+                    ),
+                )
             self.counters.context_hit_tokens += r.cached_tokens
         r.kv_tokens = self._blocks(base)
         self.used_kv += r.kv_tokens
@@ -119,20 +125,35 @@ class Lifecycle:
         p.last_used_s = self.now
         ts = self.tasks[r.task_id]
         st = ts.stages[r.stage]
-        EngineState.call_finished(ts, st, r.generated_tokens,
-                                  None if job.last else self.now + job.tool_after_s)
+        EngineState.call_finished(
+            ts, st, r.generated_tokens, None if job.last else self.now + job.tool_after_s
+        )
         self._n_req_done_by_task[r.task_id] += 1
         if self._cluster is not None:
             self._cluster.finished(r.agent, job.out_total)
-        self.request_records.append(RequestRecord(
-            r.request_id, r.task_id, r.stage, r.agent, r.round_index, r.prompt_tokens,
-            job.out_total, r.ready_s, job.first_admit_s,
-            r.first_token_s if r.first_token_s is not None else self.now, self.now,
-            r.preemptions, job.hit, r.cached_tokens,
-            r.prefilled_tokens - job.gen0))
+        self.request_records.append(
+            RequestRecord(
+                r.request_id,
+                r.task_id,
+                r.stage,
+                r.agent,
+                r.round_index,
+                r.prompt_tokens,
+                job.out_total,
+                r.ready_s,
+                job.first_admit_s,
+                r.first_token_s if r.first_token_s is not None else self.now,
+                self.now,
+                r.preemptions,
+                job.hit,
+                r.cached_tokens,
+                r.prefilled_tokens - job.gen0,
+            )
+        )
         if self.record_timeline:
-            self.timeline.append(("request", r.request_id, r.task_id, r.stage, r.agent,
-                                  job.first_admit_s, self.now))
+            self.timeline.append(
+                ("request", r.request_id, r.task_id, r.stage, r.agent, job.first_admit_s, self.now)
+            )
         if self.progress is not None:
             self.progress(1)
         ctx_tokens = r.kv_tokens
@@ -143,7 +164,8 @@ class Lifecycle:
         if not job.last:
             # offer the context to the policy: held only if the decision holds it
             self.held[(r.task_id, r.stage)] = EngineState.offered(
-                r.task_id, r.stage, r.agent, ctx_tokens, self.now, ctx_computed)
+                r.task_id, r.stage, r.agent, ctx_tokens, self.now, ctx_computed
+            )
             self._push(self.now + job.tool_after_s, _TOOL, (r.task_id, r.stage))
             return
         self.state.stage_completed(ts, st, self.now)
@@ -160,14 +182,26 @@ class Lifecycle:
             truth = self._truth.pop(ts.task_id)
             for s in truth.stages:
                 del self._stage_spec[(ts.task_id, s.name)]
-            self.task_records.append(TaskRecord(ts.task_id, ts.workflow, ts.arrival_s, t_done,
-                                                task_lower_bound(truth, self.agents, self.cost,
-                                                                 self.config.prefill_chunk_tokens,
-                                                                 self.config.block_size),
-                                                self._n_req_done_by_task.pop(ts.task_id)))
+            self.task_records.append(
+                TaskRecord(
+                    ts.task_id,
+                    ts.workflow,
+                    ts.arrival_s,
+                    t_done,
+                    task_lower_bound(
+                        truth,
+                        self.agents,
+                        self.cost,
+                        self.config.prefill_chunk_tokens,
+                        self.config.block_size,
+                    ),
+                    self._n_req_done_by_task.pop(ts.task_id),
+                )
+            )
             return
         for nxt in st.succs:
             ns = ts.stages[nxt]
             if ns.status == StageStatus.PENDING and all(
-                    ts.stages[d].status == StageStatus.DONE for d in ns.deps):
+                ts.stages[d].status == StageStatus.DONE for d in ns.deps
+            ):
                 self._make_ready(ts, nxt, 0)

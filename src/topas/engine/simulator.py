@@ -87,13 +87,23 @@ class Simulator(Deciding, Residency, Lifecycle, Iteration):
     is needed (module docstring).
     """
 
-    def __init__(self, tasks: Sequence[Task], agents: Mapping[str, Agent], profile: Profile,
-                 policy, *, seed: int = 0, preemption: str | None = None,
-                 block_size: int | None = None, host_tier: bool = True,
-                 kv_budget_tokens: int | None = None,
-                 on_decision: Callable[[Snapshot, Decision], None] | None = None,
-                 record_timeline: bool = False, progress: Callable[[int], None] | None = None,
-                 context_cache: bool = True) -> None:
+    def __init__(
+        self,
+        tasks: Sequence[Task],
+        agents: Mapping[str, Agent],
+        profile: Profile,
+        policy,
+        *,
+        seed: int = 0,
+        preemption: str | None = None,
+        block_size: int | None = None,
+        host_tier: bool = True,
+        kv_budget_tokens: int | None = None,
+        on_decision: Callable[[Snapshot, Decision], None] | None = None,
+        record_timeline: bool = False,
+        progress: Callable[[int], None] | None = None,
+        context_cache: bool = True,
+    ) -> None:
         self.profile = profile
         self.cost: CostModel = profile.cost_model()
         budget = kv_budget_tokens if kv_budget_tokens is not None else profile.kv_budget_tokens
@@ -128,8 +138,9 @@ class Simulator(Deciding, Residency, Lifecycle, Iteration):
         self.replica_id = 0
         self._wseq = 0
         #: the rules and state both engines share (engine/state.py); the dicts below are its
-        self.state = EngineState(self.config, {a: PrefixState(a, ag.prefix_tokens)
-                                               for a, ag in self.agents.items()})
+        self.state = EngineState(
+            self.config, {a: PrefixState(a, ag.prefix_tokens) for a, ag in self.agents.items()}
+        )
         self.prefixes: dict[str, PrefixState] = self.state.prefixes
         self.running: dict[int, _Job] = {}  # admission order
         self.waiting: dict[int, _Job] = {}
@@ -237,8 +248,10 @@ class Simulator(Deciding, Residency, Lifecycle, Iteration):
         """A new task's engine state; its truth and stage specs become known to the engine
         (a cluster's replicas share these maps, so any of them can run any call)."""
         succs = task.successors()
-        stages = {s.name: StageState(s.name, s.template, s.agent, s.deps, succs[s.name])
-                  for s in task.stages}
+        stages = {
+            s.name: StageState(s.name, s.template, s.agent, s.deps, succs[s.name])
+            for s in task.stages
+        }
         order = tuple(task.stages[k].name for k in task.topological_order())
         self._truth[task.task_id] = task
         for s in task.stages:
@@ -265,9 +278,17 @@ class Simulator(Deciding, Residency, Lifecycle, Iteration):
         call = spec.calls[round_index]
         EngineState.stage_ready(ts, ts.stages[stage], ready_s)
         self._wseq += 1
-        req = RequestState(next(self._ids), ts.task_id, stage, spec.agent, round_index,
-                           call.prompt_tokens, self.agents[spec.agent].prefix_tokens, ready_s,
-                           seq=self._wseq)
+        req = RequestState(
+            next(self._ids),
+            ts.task_id,
+            stage,
+            spec.agent,
+            round_index,
+            call.prompt_tokens,
+            self.agents[spec.agent].prefix_tokens,
+            ready_s,
+            seq=self._wseq,
+        )
         job = _Job(req, call.output_tokens, call.tool_delay_s, round_index == len(spec.calls) - 1)
         self.waiting[req.request_id] = job
         self._wreq[req.request_id] = req
@@ -297,8 +318,9 @@ class Simulator(Deciding, Residency, Lifecycle, Iteration):
                 prefillers.append(j)
         if prefillers:
             chunk = self.config.prefill_chunk_tokens
-            growing = decoders + [j for j in prefillers
-                                  if isinstance(j, _Job) and j.prefill_left <= chunk]
+            growing = decoders + [
+                j for j in prefillers if isinstance(j, _Job) and j.prefill_left <= chunk
+            ]
             if growing and self._decode_room(growing) < 1:
                 self._engine_preempt()  # the next token of some request would not fit
                 return True
@@ -366,10 +388,18 @@ class Simulator(Deciding, Residency, Lifecycle, Iteration):
     def result(self, wall0: float) -> SimResult:
         self.now = max(self.now, 0.0)
         return SimResult(
-            policy=self._pname(), profile=self.profile.name, seed=self.seed,
-            tasks=self.task_records, requests=self.request_records, counters=self.counters,
-            decision_s=self.decision_s, makespan_s=self.now,
-            wall_s=_time.perf_counter() - wall0, kv_trace=self.kv_trace, timeline=self.timeline)
+            policy=self._pname(),
+            profile=self.profile.name,
+            seed=self.seed,
+            tasks=self.task_records,
+            requests=self.request_records,
+            counters=self.counters,
+            decision_s=self.decision_s,
+            makespan_s=self.now,
+            wall_s=_time.perf_counter() - wall0,
+            kv_trace=self.kv_trace,
+            timeline=self.timeline,
+        )
 
     def _stalled(self) -> None:
         if self.waiting:
@@ -380,6 +410,9 @@ class Simulator(Deciding, Residency, Lifecycle, Iteration):
                 return
             raise PolicyStalled(
                 f"policy {self._pname()} at t={self.now:.3f}s: engine idle with "
-                f"{len(self.waiting)} waiting request(s) and no pending events, and it admits none")
-        raise PolicyStalled(f"engine at t={self.now:.3f}s: {len(self.tasks)} unfinished task(s) "
-                            "but nothing waiting, running or scheduled")
+                f"{len(self.waiting)} waiting request(s) and no pending events, and it admits none"
+            )
+        raise PolicyStalled(
+            f"engine at t={self.now:.3f}s: {len(self.tasks)} unfinished task(s) "
+            "but nothing waiting, running or scheduled"
+        )

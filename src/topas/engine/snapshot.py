@@ -61,15 +61,39 @@ class RequestState:
     """
 
     __slots__ = (
-        "request_id", "task_id", "stage", "agent", "round_index", "prompt_tokens",
-        "prefix_tokens", "cached_tokens", "generated_tokens", "prefilled_tokens",
-        "kv_tokens", "phase", "ready_s", "admitted_s", "first_token_s", "finished_s",
-        "preemptions", "credit_s", "seq",
+        "request_id",
+        "task_id",
+        "stage",
+        "agent",
+        "round_index",
+        "prompt_tokens",
+        "prefix_tokens",
+        "cached_tokens",
+        "generated_tokens",
+        "prefilled_tokens",
+        "kv_tokens",
+        "phase",
+        "ready_s",
+        "admitted_s",
+        "first_token_s",
+        "finished_s",
+        "preemptions",
+        "credit_s",
+        "seq",
     )
 
-    def __init__(self, request_id: int, task_id: int, stage: str, agent: str,
-                 round_index: int, prompt_tokens: int, prefix_tokens: int, ready_s: float,
-                 seq: int = 0) -> None:
+    def __init__(
+        self,
+        request_id: int,
+        task_id: int,
+        stage: str,
+        agent: str,
+        round_index: int,
+        prompt_tokens: int,
+        prefix_tokens: int,
+        ready_s: float,
+        seq: int = 0,
+    ) -> None:
         self.request_id = request_id
         self.task_id = task_id
         self.stage = stage
@@ -93,8 +117,10 @@ class RequestState:
         self.seq = seq
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
-        return (f"Request({self.request_id}, task={self.task_id}, stage={self.stage!r}, "
-                f"agent={self.agent!r}, phase={self.phase.name}, gen={self.generated_tokens})")
+        return (
+            f"Request({self.request_id}, task={self.task_id}, stage={self.stage!r}, "
+            f"agent={self.agent!r}, phase={self.phase.name}, gen={self.generated_tokens})"
+        )
 
 
 class StageState:
@@ -104,11 +130,24 @@ class StageState:
     ``service_s`` accumulates time since the stage first became ready (including queueing).
     """
 
-    __slots__ = ("name", "kind", "agent", "deps", "succs", "status", "rounds_done",
-                 "ready_s", "started_s", "done_s", "output_tokens", "tool_until_s")
+    __slots__ = (
+        "name",
+        "kind",
+        "agent",
+        "deps",
+        "succs",
+        "status",
+        "rounds_done",
+        "ready_s",
+        "started_s",
+        "done_s",
+        "output_tokens",
+        "tool_until_s",
+    )
 
-    def __init__(self, name: str, kind: str, agent: str, deps: tuple[str, ...],
-                 succs: tuple[str, ...]) -> None:
+    def __init__(
+        self, name: str, kind: str, agent: str, deps: tuple[str, ...], succs: tuple[str, ...]
+    ) -> None:
         self.name = name
         self.kind = kind
         self.agent = agent
@@ -127,11 +166,25 @@ class TaskState:
     """A task's DAG status.  ``version`` increases whenever anything in it changes, so a
     policy may cache per-task work keyed by ``(task_id, version)``."""
 
-    __slots__ = ("task_id", "workflow", "arrival_s", "stages", "order", "version",
-                 "done_s", "stages_done")
+    __slots__ = (
+        "task_id",
+        "workflow",
+        "arrival_s",
+        "stages",
+        "order",
+        "version",
+        "done_s",
+        "stages_done",
+    )
 
-    def __init__(self, task_id: int, workflow: str, arrival_s: float,
-                 stages: dict[str, StageState], order: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        task_id: int,
+        workflow: str,
+        arrival_s: float,
+        stages: dict[str, StageState],
+        order: tuple[str, ...],
+    ) -> None:
         self.task_id = task_id
         self.workflow = workflow
         self.arrival_s = arrival_s
@@ -149,8 +202,16 @@ class PrefixState:
     prefix's, as a radix-tree child or a hash-chained block does).  ``transfer`` is ``"in"``/``"out"`` while a swap is under
     way (its tokens count against the budget until a swap-out completes)."""
 
-    __slots__ = ("agent", "tokens", "location", "on_host", "transfer", "last_used_s",
-                 "users", "ready")
+    __slots__ = (
+        "agent",
+        "tokens",
+        "location",
+        "on_host",
+        "transfer",
+        "last_used_s",
+        "users",
+        "ready",
+    )
 
     def __init__(self, agent: str, tokens: int) -> None:
         self.agent = agent
@@ -203,8 +264,15 @@ class StageRecord:
         ready time (or its start)."""
         start = st.started_s if st.started_s is not None else done_s
         ready = st.ready_s if st.ready_s is not None else start
-        return cls(workflow, st.kind, st.agent, max(1, st.rounds_done), st.output_tokens,
-                   done_s - start, done_s - ready)
+        return cls(
+            workflow,
+            st.kind,
+            st.agent,
+            max(1, st.rounds_done),
+            st.output_tokens,
+            done_s - start,
+            done_s - ready,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,8 +56,9 @@ class KVFootprint:
     users: dict[str, int]
 
 
-def kv_footprint(prefixes: Mapping[str, PrefixState], running, held: Mapping[Key, HeldContext],
-                 now: float) -> KVFootprint:
+def kv_footprint(
+    prefixes: Mapping[str, PrefixState], running, held: Mapping[Key, HeldContext], now: float
+) -> KVFootprint:
     """The one definition of KV use: every resident prefix once however many requests share
     it, each admitted request's own (block-rounded) tokens, each live held context."""
     users: dict[str, int] = {}
@@ -88,9 +89,17 @@ class Effects:
     used_after_tokens: int  #: KV tokens in use once it is applied
 
 
-def check(d: Decision, *, now: float, config: EngineConfig, used_kv: int,
-          prefixes: Mapping[str, PrefixState], waiting: Mapping[int, RequestState],
-          running: Mapping[int, RequestState], held: Mapping[Key, HeldContext]) -> Effects:
+def check(
+    d: Decision,
+    *,
+    now: float,
+    config: EngineConfig,
+    used_kv: int,
+    prefixes: Mapping[str, PrefixState],
+    waiting: Mapping[int, RequestState],
+    running: Mapping[int, RequestState],
+    held: Mapping[Key, HeldContext],
+) -> Effects:
     """Validate decision ``d`` against an engine state (a snapshot's, in mappings by id) as a
     whole; the effects to apply, or :class:`DecisionError` naming the first problem."""
     if len(set(d.admit)) != len(d.admit):
@@ -112,8 +121,9 @@ def check(d: Decision, *, now: float, config: EngineConfig, used_kv: int,
             raise DecisionError(f"credits request {rid}, which is not active")
     batch = len(running) - len(d.preempt) + len(d.admit)
     if batch > config.max_batch_requests:
-        raise DecisionError(f"batch of {batch} exceeds "
-                            f"max_batch_requests={config.max_batch_requests}")
+        raise DecisionError(
+            f"batch of {batch} exceeds max_batch_requests={config.max_batch_requests}"
+        )
     admit_agents = {waiting[r].agent for r in d.admit}
     for a in (*d.evict, *d.drop):
         p = prefixes[a]
@@ -122,13 +132,20 @@ def check(d: Decision, *, now: float, config: EngineConfig, used_kv: int,
         if p.transfer == "in":
             raise DecisionError(f"evicts prefix {a!r} while it is being swapped in")
         # a held context needs its prefix (a radix-tree child / a hash-chained block)
-        users = (p.users - sum(1 for r in d.preempt if running[r].agent == a)
-                 - sum(1 for k in d.release if held[k].agent == a and held_live(held[k], now))
-                 + sum(1 for k, until in d.hold.items() if held[k].agent == a
-                       and until > now >= held[k].expires_s))
+        users = (
+            p.users
+            - sum(1 for r in d.preempt if running[r].agent == a)
+            - sum(1 for k in d.release if held[k].agent == a and held_live(held[k], now))
+            + sum(
+                1
+                for k, until in d.hold.items()
+                if held[k].agent == a and until > now >= held[k].expires_s
+            )
+        )
         if users > 0 or a in admit_agents or p.transfer == "compute":
-            raise DecisionError(f"evicts prefix {a!r}, which admitted requests or held "
-                                "contexts use")
+            raise DecisionError(
+                f"evicts prefix {a!r}, which admitted requests or held contexts use"
+            )
 
     # the footprint after the decision, computed before anything changes
     used = used_kv
@@ -155,17 +172,34 @@ def check(d: Decision, *, now: float, config: EngineConfig, used_kv: int,
             used -= held[key].tokens
             held_after.discard(key)
     if used > config.kv_budget_tokens:
-        raise DecisionError(f"needs {used} KV tokens after the decision, budget is "
-                            f"{config.kv_budget_tokens}")
-    return Effects(tuple(d.release), tuple(d.preempt), tuple(d.drop), tuple(d.evict),
-                   d.hold, tuple(d.load), d.credit, tuple(d.admit), used)
+        raise DecisionError(
+            f"needs {used} KV tokens after the decision, budget is {config.kv_budget_tokens}"
+        )
+    return Effects(
+        tuple(d.release),
+        tuple(d.preempt),
+        tuple(d.drop),
+        tuple(d.evict),
+        d.hold,
+        tuple(d.load),
+        d.credit,
+        tuple(d.admit),
+        used,
+    )
 
 
 def check_snapshot(d: Decision, snap: Snapshot) -> Effects:
     """:func:`check` against the state a snapshot shows."""
-    return check(d, now=snap.time_s, config=snap.config, used_kv=snap.used_kv_tokens,
-                 prefixes=snap.prefixes, waiting={r.request_id: r for r in snap.waiting},
-                 running={r.request_id: r for r in snap.running}, held=snap.held)
+    return check(
+        d,
+        now=snap.time_s,
+        config=snap.config,
+        used_kv=snap.used_kv_tokens,
+        prefixes=snap.prefixes,
+        waiting={r.request_id: r for r in snap.waiting},
+        running={r.request_id: r for r in snap.running},
+        held=snap.held,
+    )
 
 
 def idle_fallback(snap: Snapshot) -> Decision:
@@ -217,8 +251,9 @@ class EngineState:
         ts.version += 1
 
     @staticmethod
-    def call_finished(ts: TaskState, st: StageState, generated_tokens: int,
-                      tool_until_s: float | None = None) -> None:
+    def call_finished(
+        ts: TaskState, st: StageState, generated_tokens: int, tool_until_s: float | None = None
+    ) -> None:
         """A call of ``st`` finished: one more round; the stage waits on its tool (until
         ``tool_until_s`` when the engine knows it) unless it is then completed."""
         st.rounds_done += 1
@@ -227,8 +262,9 @@ class EngineState:
         st.tool_until_s = tool_until_s
         ts.version += 1
 
-    def stage_completed(self, ts: TaskState, st: StageState, now: float,
-                        record: bool = True) -> StageRecord | None:
+    def stage_completed(
+        self, ts: TaskState, st: StageState, now: float, record: bool = True
+    ) -> StageRecord | None:
         """``st`` is done (at ``now`` unless a done time is known): the task counts it and,
         with ``record``, its :class:`StageRecord` enters the history."""
         st.status = StageStatus.DONE
@@ -246,16 +282,18 @@ class EngineState:
 
     # -- held contexts -------------------------------------------------------------------
     @staticmethod
-    def offered(task_id: int, stage: str, agent: str, tokens: int, now: float,
-                computed_tokens: int = 0) -> HeldContext:
+    def offered(
+        task_id: int, stage: str, agent: str, tokens: int, now: float, computed_tokens: int = 0
+    ) -> HeldContext:
         """A finished call's context, offered to the next decision (held only if it says so)."""
         return HeldContext(task_id, stage, agent, tokens, now, now, computed_tokens)
 
     @staticmethod
     def held_until(h: HeldContext, until: float) -> HeldContext:
         """``h`` held (or re-held) until ``until``."""
-        return HeldContext(h.task_id, h.stage, h.agent, h.tokens, h.since_s, float(until),
-                           h.computed_tokens)
+        return HeldContext(
+            h.task_id, h.stage, h.agent, h.tokens, h.since_s, float(until), h.computed_tokens
+        )
 
     def footprint(self, running, held: Mapping[Key, HeldContext], now: float) -> KVFootprint:
         return kv_footprint(self.prefixes, running, held, now)

@@ -15,6 +15,12 @@ from topas.estimators.longest_path import (
 from topas.estimators.residual import EmpiricalResidual, ResidualModel, TrueResidual
 
 __all__ = [
-    "DEFAULT_SAMPLES", "EmpiricalResidual", "MonteCarloLP", "ResidualModel", "TaskMC",
-    "TrueResidual", "expected_remaining_s", "longest_path_mean",
+    "DEFAULT_SAMPLES",
+    "EmpiricalResidual",
+    "MonteCarloLP",
+    "ResidualModel",
+    "TaskMC",
+    "TrueResidual",
+    "expected_remaining_s",
+    "longest_path_mean",
 ]

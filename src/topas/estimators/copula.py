@@ -44,8 +44,9 @@ def norm_cdf(x: np.ndarray) -> np.ndarray:
     """``Phi(x)`` elementwise (Abramowitz-Stegun 7.1.26 for erf, error below 1.5e-7)."""
     z = np.abs(x) * _SQRT1_2
     t = 1.0 / (1.0 + 0.3275911 * z)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (
-        -1.453152027 + t * 1.061405429))))
+    poly = t * (
+        0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
+    )
     erf = 1.0 - poly * np.exp(-z * z)
     return 0.5 * (1.0 + np.where(x >= 0, erf, -erf))
 
@@ -64,11 +65,19 @@ class TaskFactor:
     ``step`` -- ``a^2`` is rounded down to a multiple of this.
     """
 
-    def __init__(self, seed: int = 0, n_samples: int = 64, prior_pairs: int = 20,
-                 max_a2: float = 0.9, step: float = 0.05) -> None:
+    def __init__(
+        self,
+        seed: int = 0,
+        n_samples: int = 64,
+        prior_pairs: int = 20,
+        max_a2: float = 0.9,
+        step: float = 0.05,
+    ) -> None:
         if not 0 <= max_a2 < 1 or prior_pairs < 0 or not step > 0:
-            raise ValueError(f"TaskFactor: max_a2={max_a2} must be in [0, 1), prior_pairs="
-                             f"{prior_pairs} >= 0 and step={step} > 0")
+            raise ValueError(
+                f"TaskFactor: max_a2={max_a2} must be in [0, 1), prior_pairs="
+                f"{prior_pairs} >= 0 and step={step} > 0"
+            )
         self.seed, self.n_samples = seed, n_samples
         self.prior_pairs, self.max_a2, self.step = prior_pairs, max_a2, step
         #: task id -> stage name -> score of the finished stage
@@ -152,8 +161,7 @@ class TaskFactor:
         w = self._normals.get(task.task_id)
         if w is None:
             rng = np.random.default_rng([self.seed, task.task_id, 1])
-            w = self._normals[task.task_id] = rng.standard_normal((self.n_samples,
-                                                                   1 + u.shape[1]))
+            w = self._normals[task.task_id] = rng.standard_normal((self.n_samples, 1 + u.shape[1]))
         a = math.sqrt(a2)
         prec = 1.0 + len(scores) * a2 / (1.0 - a2)
         mean = a * sum(scores.values()) / ((1.0 - a2) * prec)

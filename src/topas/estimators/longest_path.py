@@ -37,12 +37,31 @@ class TaskMC:
     ``running`` -- indices of stages in progress (admitted or in a tool call).
     """
 
-    __slots__ = ("task_id", "version", "names", "index", "deps", "ready", "running", "z",
-                 "built_s", "_memo", "_memo_key")
+    __slots__ = (
+        "task_id",
+        "version",
+        "names",
+        "index",
+        "deps",
+        "ready",
+        "running",
+        "z",
+        "built_s",
+        "_memo",
+        "_memo_key",
+    )
 
-    def __init__(self, task_id: int, version: int, names: list[str], deps: list[tuple[int, ...]],
-                 ready: tuple[int, ...], running: tuple[int, ...], z: np.ndarray,
-                 built_s: float) -> None:
+    def __init__(
+        self,
+        task_id: int,
+        version: int,
+        names: list[str],
+        deps: list[tuple[int, ...]],
+        ready: tuple[int, ...],
+        running: tuple[int, ...],
+        z: np.ndarray,
+        built_s: float,
+    ) -> None:
         self.task_id = task_id
         self.version = version
         self.names = names
@@ -64,8 +83,9 @@ class TaskMC:
         z[:, cols] = np.maximum(z[:, cols] - dt, 0.0)
         return z
 
-    def expected_lp(self, now_s: float, deferred: Iterable[int] = (), defer_s: float = 0.0
-                    ) -> float:
+    def expected_lp(
+        self, now_s: float, deferred: Iterable[int] = (), defer_s: float = 0.0
+    ) -> float:
         """``E[LP]`` (seconds from now) when stages ``deferred`` start after ``defer_s``."""
         dkey = tuple(sorted(deferred)) if defer_s > 0 else ()
         # without running stages the samples do not age, so results stay valid across events
@@ -82,8 +102,9 @@ class TaskMC:
         return val
 
 
-def longest_path_mean(z: np.ndarray, deps: list[tuple[int, ...]],
-                      offsets: Mapping[int, float] | None = None) -> float:
+def longest_path_mean(
+    z: np.ndarray, deps: list[tuple[int, ...]], offsets: Mapping[int, float] | None = None
+) -> float:
     """``mean_s max_v f_v`` with ``f_v = max(o_v, max_{u in deps[v]} f_u) + z[s, v]``.
 
     ``z`` is ``(S, V)`` with columns in a topological order of ``deps``.
@@ -117,8 +138,13 @@ class MonteCarloLP:
     run's seed (each task's uniforms come from ``(seed, task_id)``).
     """
 
-    def __init__(self, residual: ResidualModel | None = None, n_samples: int = DEFAULT_SAMPLES,
-                 seed: int = 0, correlated: bool = False) -> None:
+    def __init__(
+        self,
+        residual: ResidualModel | None = None,
+        n_samples: int = DEFAULT_SAMPLES,
+        seed: int = 0,
+        correlated: bool = False,
+    ) -> None:
         if n_samples < 1:
             raise ValueError(f"n_samples {n_samples}: must be >= 1")
         self.residual = residual if residual is not None else EmpiricalResidual()
@@ -128,8 +154,10 @@ class MonteCarloLP:
         self.copula: TaskFactor | None = None
         if correlated:
             if not hasattr(self.residual, "pool"):
-                raise ValueError("MonteCarloLP: correlated=True needs a residual model with "
-                                 f"pools (EmpiricalResidual), got {type(self.residual).__name__}")
+                raise ValueError(
+                    "MonteCarloLP: correlated=True needs a residual model with "
+                    f"pools (EmpiricalResidual), got {type(self.residual).__name__}"
+                )
             self.copula = TaskFactor(seed=seed, n_samples=n_samples)
         self.n_samples = n_samples
         self.seed = seed
@@ -159,8 +187,12 @@ class MonteCarloLP:
         for key in [k for k in self._cols if k[0] not in active]:
             del self._cols[key]
 
-    def entry(self, snap: Snapshot, task: TaskState,
-              generated: Mapping[tuple[int, str], int] | None = None) -> TaskMC:
+    def entry(
+        self,
+        snap: Snapshot,
+        task: TaskState,
+        generated: Mapping[tuple[int, str], int] | None = None,
+    ) -> TaskMC:
         """The task's sample matrix for its current version (built on a miss).
 
         ``generated`` maps ``(task_id, stage)`` of running calls to tokens generated so far
@@ -178,8 +210,11 @@ class MonteCarloLP:
         if e is not None and e.version == task.version:
             return e
         if generated is None:
-            generated = {(r.task_id, r.stage): r.generated_tokens for r in snap.running
-                         if r.task_id == task.task_id}
+            generated = {
+                (r.task_id, r.stage): r.generated_tokens
+                for r in snap.running
+                if r.task_id == task.task_id
+            }
         u = self._u(task)
         if self.copula is not None:
             u = self.copula.uniforms(snap, task, u, self.residual.pool)
@@ -193,8 +228,9 @@ class MonteCarloLP:
             st = task.stages[name]
             if st.status == StageStatus.DONE:
                 continue
-            vals = self.residual.stage_residuals(snap, task, st,
-                                                 generated.get((task.task_id, name), 0))
+            vals = self.residual.stage_residuals(
+                snap, task, st, generated.get((task.task_id, name), 0)
+            )
             m = len(vals)
             ckey = (task.task_id, name)
             hit = cols_cache.get(ckey)
@@ -220,8 +256,9 @@ class MonteCarloLP:
         z = np.empty((self.n_samples, len(cols)))
         for k, col in enumerate(cols):
             z[:, k] = col
-        e = TaskMC(task.task_id, task.version, names, deps, tuple(ready), tuple(running), z,
-                   snap.time_s)
+        e = TaskMC(
+            task.task_id, task.version, names, deps, tuple(ready), tuple(running), z, snap.time_s
+        )
         self._entries[task.task_id] = e
         return e
 

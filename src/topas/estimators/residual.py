@@ -41,8 +41,9 @@ PRIOR_QUANTILES = (0.25, 0.5, 1.0, 1.5, 2.75)
 class ResidualModel(Protocol):
     """Residual service (seconds) of one unfinished stage, as equally likely values."""
 
-    def stage_residuals(self, snap: Snapshot, task: TaskState, stage: StageState,
-                        generated_tokens: int) -> np.ndarray:
+    def stage_residuals(
+        self, snap: Snapshot, task: TaskState, stage: StageState, generated_tokens: int
+    ) -> np.ndarray:
         """Sorted (ascending) 1-D array of equally likely residual service times (s)."""
         ...
 
@@ -56,18 +57,24 @@ class EmpiricalResidual:
     the prior.
     """
 
-    def __init__(self, window: int = 64, min_history: int = 5, prior_prompt_tokens: int = 512,
-                 prior_output_tokens: int = 256) -> None:
+    def __init__(
+        self,
+        window: int = 64,
+        min_history: int = 5,
+        prior_prompt_tokens: int = 512,
+        prior_output_tokens: int = 256,
+    ) -> None:
         if window < 1 or min_history < 0:
-            raise ValueError(f"EmpiricalResidual: window {window} must be >= 1 and "
-                             f"min_history {min_history} >= 0")
+            raise ValueError(
+                f"EmpiricalResidual: window {window} must be >= 1 and "
+                f"min_history {min_history} >= 0"
+            )
         self.window = window
         self.min_history = min_history
         self.prior_prompt_tokens = prior_prompt_tokens
         self.prior_output_tokens = prior_output_tokens
         # pools are rebuilt when the history of their key grows (history is append-only)
-        self._pools: dict[tuple[str, str], tuple[int, int, np.ndarray, np.ndarray,
-                                                 np.ndarray]] = {}
+        self._pools: dict[tuple[str, str], tuple[int, int, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._prior: dict[tuple[int, str], np.ndarray] = {}
         self._sorted: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
 
@@ -78,14 +85,23 @@ class EmpiricalResidual:
         if pts is None:
             p = snap.prefixes.get(agent)
             prefix = p.tokens if p is not None else 0
-            pts = np.array([snap.cost.call_time_alone(
-                self.prior_prompt_tokens, max(1, int(self.prior_output_tokens * q)), prefix,
-                snap.config.prefill_chunk_tokens) for q in PRIOR_QUANTILES])
+            pts = np.array(
+                [
+                    snap.cost.call_time_alone(
+                        self.prior_prompt_tokens,
+                        max(1, int(self.prior_output_tokens * q)),
+                        prefix,
+                        snap.config.prefill_chunk_tokens,
+                    )
+                    for q in PRIOR_QUANTILES
+                ]
+            )
             self._prior[agent] = (snap.cost, pts)
         return pts
 
-    def pool(self, snap: Snapshot, agent: str, kind: str
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def pool(
+        self, snap: Snapshot, agent: str, kind: str
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(service_s, rounds, output_tokens) arrays of the pool of ``(agent, kind)``."""
         recs = snap.history.get((agent, kind), ())
         n = len(recs)
@@ -93,7 +109,7 @@ class EmpiricalResidual:
         hit = self._pools.get(key)
         if hit is not None and hit[0] == n and hit[1] is snap.history:
             return hit[2], hit[3], hit[4]
-        tail = recs[-self.window:] if n else ()
+        tail = recs[-self.window :] if n else ()
         z = [r.service_s for r in tail]
         rounds = [r.rounds for r in tail]
         toks = [r.output_tokens for r in tail]
@@ -109,8 +125,9 @@ class EmpiricalResidual:
         return zs, rs, ts
 
     # -- the model --------------------------------------------------------------------------
-    def stage_residuals(self, snap: Snapshot, task: TaskState, stage: StageState,
-                        generated_tokens: int = 0) -> np.ndarray:
+    def stage_residuals(
+        self, snap: Snapshot, task: TaskState, stage: StageState, generated_tokens: int = 0
+    ) -> np.ndarray:
         z, rounds, toks = self.pool(snap, stage.agent, stage.kind)
         k = stage.rounds_done
         y = stage.output_tokens + generated_tokens
@@ -158,8 +175,9 @@ class TrueResidual:
         prefix = p.tokens if p is not None else 0
         times = []
         for j, c in enumerate(spec.calls):
-            t = snap.cost.call_time_alone(c.prompt_tokens, c.output_tokens, prefix,
-                                          snap.config.prefill_chunk_tokens)
+            t = snap.cost.call_time_alone(
+                c.prompt_tokens, c.output_tokens, prefix, snap.config.prefill_chunk_tokens
+            )
             if j < len(spec.calls) - 1:
                 t += c.tool_delay_s
             times.append(t)
@@ -169,8 +187,9 @@ class TrueResidual:
         self._cache[key] = (0.0, suffix)
         return suffix
 
-    def stage_residuals(self, snap: Snapshot, task: TaskState, stage: StageState,
-                        generated_tokens: int = 0) -> np.ndarray:
+    def stage_residuals(
+        self, snap: Snapshot, task: TaskState, stage: StageState, generated_tokens: int = 0
+    ) -> np.ndarray:
         suffix = self._suffix_times(snap, task.task_id, stage.name)
         k = min(stage.rounds_done, len(suffix) - 1)
         z = suffix[k]

@@ -23,14 +23,28 @@ ROUTED_PATHS = ("/v1/completions", "/v1/chat/completions")
 #: largest request body accepted (bytes)
 MAX_BODY_BYTES = 64 << 20
 #: hop-by-hop headers (RFC 9110 7.6.1) and the ones the relay sets itself
-_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
-                  "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "host",
-                  "content-length", "server", "date"})
+_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "server",
+        "date",
+    }
+)
 
 
 def _one_line(s: object, limit: int = 300) -> str:
     t = " ".join(str(s).split())
-    return t if len(t) <= limit else t[:limit - 3] + "..."
+    return t if len(t) <= limit else t[: limit - 3] + "..."
 
 
 def parse_backend_url(url: str) -> tuple[str, str, int, str]:
@@ -44,8 +58,9 @@ def parse_backend_url(url: str) -> tuple[str, str, int, str]:
     except ValueError as e:
         raise ValueError(f"backend {url!r}: {_one_line(e)}") from None
     if u.scheme not in ("http", "https"):
-        raise ValueError(f"backend {url!r}: scheme must be http or https "
-                         "(e.g. http://127.0.0.1:8001)")
+        raise ValueError(
+            f"backend {url!r}: scheme must be http or https (e.g. http://127.0.0.1:8001)"
+        )
     if not u.hostname:
         raise ValueError(f"backend {url!r}: no host")
     if u.query or u.fragment or u.username or u.password:
@@ -141,15 +156,29 @@ class Backend:
                 self.contexts.pop((k[1], k[2]), None)
 
     def view(self, cost) -> ReplicaView:
-        return ReplicaView(self.index, self.in_flight, 0, self.in_flight_tokens,
-                           self.lru_tokens + self.in_flight_tokens, self.kv_budget_tokens,
-                           self.prefixes, lambda key: self.contexts.get(key, 0), cost)
+        return ReplicaView(
+            self.index,
+            self.in_flight,
+            0,
+            self.in_flight_tokens,
+            self.lru_tokens + self.in_flight_tokens,
+            self.kv_budget_tokens,
+            self.prefixes,
+            lambda key: self.contexts.get(key, 0),
+            cost,
+        )
 
     def stats(self, now: float) -> dict:
-        return {"index": self.index, "url": self.url, "routed": self.routed,
-                "in_flight": self.in_flight, "errors": self.errors,
-                "down": now < self.down_until, "cached_agents": sorted(self.prefixes),
-                "cached_tokens": self.lru_tokens}
+        return {
+            "index": self.index,
+            "url": self.url,
+            "routed": self.routed,
+            "in_flight": self.in_flight,
+            "errors": self.errors,
+            "down": now < self.down_until,
+            "cached_agents": sorted(self.prefixes),
+            "cached_tokens": self.lru_tokens,
+        }
 
 
 class _Placed:

@@ -49,10 +49,20 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _error(self, status: int, message: str, param: str | None = None,
-               kind: str = "bad_request") -> None:
-        self._json(status, {"error": {"message": _one_line(message), "type": kind,
-                                      "param": param, "code": status}})
+    def _error(
+        self, status: int, message: str, param: str | None = None, kind: str = "bad_request"
+    ) -> None:
+        self._json(
+            status,
+            {
+                "error": {
+                    "message": _one_line(message),
+                    "type": kind,
+                    "param": param,
+                    "code": status,
+                }
+            },
+        )
 
     # ------------------------------------------------------------------ GET
     def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
@@ -60,8 +70,10 @@ class _Handler(BaseHTTPRequestHandler):
         svc = self.svc
         if path == "/health":
             ok = [b.index for b in svc.backends if svc.backend_healthy(b)]
-            self._json(200 if ok else 503, {"healthy": bool(ok), "healthy_backends": ok,
-                                            "backends": len(svc.backends)})
+            self._json(
+                200 if ok else 503,
+                {"healthy": bool(ok), "healthy_backends": ok, "backends": len(svc.backends)},
+            )
         elif path == "/router/stats":
             self._json(200, svc.stats())
         elif path == "/v1/models":
@@ -69,9 +81,13 @@ class _Handler(BaseHTTPRequestHandler):
             b = next((b for b in svc.backends if now >= b.down_until), svc.backends[0])
             self._relay(b, "GET", None, None)
         else:
-            self._error(404, f"path {path}: not found (POST /v1/completions, "
-                        "/v1/chat/completions; GET /health, /v1/models, /router/stats)",
-                        "path", "not_found")
+            self._error(
+                404,
+                f"path {path}: not found (POST /v1/completions, "
+                "/v1/chat/completions; GET /health, /v1/models, /router/stats)",
+                "path",
+                "not_found",
+            )
 
     # ------------------------------------------------------------------ POST
     def do_POST(self) -> None:  # noqa: N802
@@ -80,8 +96,11 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = self._read_body()
             if path not in ROUTED_PATHS:
-                raise BadRequest(f"path {path}: not routed (POST /v1/completions or "
-                                 "/v1/chat/completions)", "path", 404)
+                raise BadRequest(
+                    f"path {path}: not routed (POST /v1/completions or /v1/chat/completions)",
+                    "path",
+                    404,
+                )
             try:
                 obj = json.loads(body)
             except (ValueError, UnicodeDecodeError) as e:
@@ -93,8 +112,9 @@ class _Handler(BaseHTTPRequestHandler):
             with svc.lock:
                 svc.bad_requests += 1
             self.close_connection = True
-            self._error(e.status, str(e), e.param,
-                        "not_found" if e.status == 404 else "bad_request")
+            self._error(
+                e.status, str(e), e.param, "not_found" if e.status == 404 else "bad_request"
+            )
             return
         except Exception as e:  # a router bug: say so, keep serving
             log.exception("routing failed")
@@ -115,27 +135,41 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _read_body(self) -> bytes:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            raise BadRequest("Transfer-Encoding: chunked request bodies are not supported; "
-                             "send Content-Length", "Transfer-Encoding", 411)
+            raise BadRequest(
+                "Transfer-Encoding: chunked request bodies are not supported; send Content-Length",
+                "Transfer-Encoding",
+                411,
+            )
         raw = self.headers.get("Content-Length")
         try:
             n = int(raw)
             if n < 0:
                 raise ValueError
         except (TypeError, ValueError):
-            raise BadRequest(f"Content-Length: required non-negative integer, got {raw!r}",
-                             "Content-Length", 411 if raw is None else 400) from None
+            raise BadRequest(
+                f"Content-Length: required non-negative integer, got {raw!r}",
+                "Content-Length",
+                411 if raw is None else 400,
+            ) from None
         if n > MAX_BODY_BYTES:
-            raise BadRequest(f"Content-Length: {n} bytes, more than {MAX_BODY_BYTES}",
-                             "Content-Length", 413)
+            raise BadRequest(
+                f"Content-Length: {n} bytes, more than {MAX_BODY_BYTES}", "Content-Length", 413
+            )
         data = self.rfile.read(n)
         if len(data) != n:
             raise BadRequest(f"body: {len(data)} bytes, Content-Length said {n}", "body")
         return data
 
     # ------------------------------------------------------------------ relay
-    def _relay(self, b: Backend, method: str, path: str | None, body: bytes | None,
-               agent: str | None = None, done=None) -> bool:
+    def _relay(
+        self,
+        b: Backend,
+        method: str,
+        path: str | None,
+        body: bytes | None,
+        agent: str | None = None,
+        done=None,
+    ) -> bool:
         """Forward to ``b`` and relay its answer; True when a response was relayed whole."""
         svc = self.svc
         headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
@@ -155,8 +189,9 @@ class _Handler(BaseHTTPRequestHandler):
             why = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
             if isinstance(e, socket.timeout):
                 why = f"no answer in {svc.timeout_s:g} s"
-            self._error(502, f"backend {b.index} ({b.url}): unreachable ({why})", "backend",
-                        "bad_gateway")
+            self._error(
+                502, f"backend {b.index} ({b.url}): unreachable ({why})", "backend", "bad_gateway"
+            )
             return False
         try:
             self.send_response(resp.status, resp.reason)

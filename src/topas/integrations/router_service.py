@@ -68,8 +68,15 @@ from topas.integrations.vllm.tags import TagError, parse_tag
 from topas.routing import DEFAULT_ROUTER, ROUTERS, make_router, parse_router_params
 from topas.routing.base import ClusterView, Router, RouteRequest
 
-__all__ = ["Backend", "RouterService", "add_arguments", "estimate_prompt_tokens", "main",
-           "parse_backend_url", "parse_router_params"]
+__all__ = [
+    "Backend",
+    "RouterService",
+    "add_arguments",
+    "estimate_prompt_tokens",
+    "main",
+    "parse_backend_url",
+    "parse_router_params",
+]
 
 log = logging.getLogger("topas.router")
 
@@ -88,16 +95,25 @@ from topas.integrations.router_http import _Handler
 class RouterService:
     """The router service; usable in-process::
 
-        svc = RouterService(["http://127.0.0.1:8001", "http://127.0.0.1:8002"],
-                            router="task-affinity").start()
-        ... POST svc.url + "/v1/completions" ...
-        svc.stop()
+    svc = RouterService(["http://127.0.0.1:8001", "http://127.0.0.1:8002"],
+                        router="task-affinity").start()
+    ... POST svc.url + "/v1/completions" ...
+    svc.stop()
     """
 
-    def __init__(self, backends: list[str], router: str | Router = DEFAULT_ROUTER,
-                 router_params: dict | None = None, host: str = "127.0.0.1", port: int = 0,
-                 profile: str = DEFAULT_PROFILE, kv_budget_tokens: int | None = None,
-                 timeout_s: float = 600.0, down_s: float = 5.0, max_tasks: int = 65536) -> None:
+    def __init__(
+        self,
+        backends: list[str],
+        router: str | Router = DEFAULT_ROUTER,
+        router_params: dict | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        profile: str = DEFAULT_PROFILE,
+        kv_budget_tokens: int | None = None,
+        timeout_s: float = 600.0,
+        down_s: float = 5.0,
+        max_tasks: int = 65536,
+    ) -> None:
         if not backends:
             raise ValueError("backends: give at least one backend URL")
         prof = get_profile(profile)
@@ -112,11 +128,14 @@ class RouterService:
             if key in seen:
                 raise ValueError(f"backend {b.url!r}: same server as backend {seen[key]}")
             seen[key] = b.index
-        self.router = (router if isinstance(router, Router)
-                       else make_router(router, **(router_params or {})))
+        self.router = (
+            router if isinstance(router, Router) else make_router(router, **(router_params or {}))
+        )
         if not (timeout_s > 0 and down_s >= 0 and max_tasks >= 1):
-            raise ValueError(f"timeout_s {timeout_s} / down_s {down_s} / max_tasks "
-                             f"{max_tasks}: must be > 0 / >= 0 / >= 1")
+            raise ValueError(
+                f"timeout_s {timeout_s} / down_s {down_s} / max_tasks "
+                f"{max_tasks}: must be > 0 / >= 0 / >= 1"
+            )
         self.timeout_s, self.down_s, self.max_tasks = float(timeout_s), float(down_s), max_tasks
         self.host, self.port = host, port
         self.lock = threading.Lock()
@@ -137,8 +156,9 @@ class RouterService:
     def start(self) -> RouterService:
         """Bind and serve in a daemon thread; returns self (``.url`` is then set)."""
         self._bind()
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
-                                        name="topas-router", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), name="topas-router", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -151,8 +171,9 @@ class RouterService:
         try:
             self._server = ThreadingHTTPServer((self.host, self.port), Handler)
         except OSError as e:
-            raise ValueError(f"--host {self.host} --port {self.port}: cannot listen "
-                             f"({e.strerror or e})") from None
+            raise ValueError(
+                f"--host {self.host} --port {self.port}: cannot listen ({e.strerror or e})"
+            ) from None
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
 
@@ -228,14 +249,27 @@ class RouterService:
             dyn = max(total - prefix, 0)
             key = (tid, stage)
             o = self._out.get(agent)
-            req = RouteRequest(tid, workflow, stage, agent, rnd, dyn, prefix, now, arrival,
-                               self._home.get(tid), self._where.get(key),
-                               o[0] / o[1] if o else None)
+            req = RouteRequest(
+                tid,
+                workflow,
+                stage,
+                agent,
+                rnd,
+                dyn,
+                prefix,
+                now,
+                arrival,
+                self._home.get(tid),
+                self._where.get(key),
+                o[0] / o[1] if o else None,
+            )
             view = ClusterView(now, tuple(b.view(self.cost) for b in live), self.routed)
             rid = self.router.route(req, view)
             if not any(b.index == rid for b in live) or isinstance(rid, bool):
-                raise RuntimeError(f"router {self.router.name!r} returned {rid!r}, not one of "
-                                   f"the backends {[b.index for b in live]}")
+                raise RuntimeError(
+                    f"router {self.router.name!r} returned {rid!r}, not one of "
+                    f"the backends {[b.index for b in live]}"
+                )
             b = self.backends[rid]
             self.routed += 1
             b.routed += 1
@@ -275,10 +309,14 @@ class RouterService:
         with self.lock:
             now = self.now()
             bs = [b.stats(now) for b in self.backends]
-            return {"router": self.router.name, "routed": self.routed,
-                    "in_flight": sum(b["in_flight"] for b in bs),
-                    "errors": sum(b["errors"] for b in bs), "bad_requests": self.bad_requests,
-                    "backends": bs}
+            return {
+                "router": self.router.name,
+                "routed": self.routed,
+                "in_flight": sum(b["in_flight"] for b in bs),
+                "errors": sum(b["errors"] for b in bs),
+                "bad_requests": self.bad_requests,
+                "backends": bs,
+            }
 
     def backend_healthy(self, b: Backend, timeout: float = 2.0) -> bool:
         try:
@@ -290,29 +328,55 @@ class RouterService:
 
 # ---------------------------------------------------------------------- CLI
 def _configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", action="append", metavar="URL", required=True,
-                   help="a backend server's base URL, e.g. http://127.0.0.1:8001 "
-                   "(repeat for each backend)")
-    p.add_argument("--router", default=DEFAULT_ROUTER, help=f"router name: "
-                   f"{', '.join(ROUTERS)} (default {DEFAULT_ROUTER})")
-    p.add_argument("--router-param", action="append", metavar="KEY=VALUE",
-                   help="a router parameter, e.g. --router-param balance_abs=8 (repeatable)")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on "
-                   "(default 127.0.0.1)")
+    p.add_argument(
+        "--backend",
+        action="append",
+        metavar="URL",
+        required=True,
+        help="a backend server's base URL, e.g. http://127.0.0.1:8001 (repeat for each backend)",
+    )
+    p.add_argument(
+        "--router",
+        default=DEFAULT_ROUTER,
+        help=f"router name: {', '.join(ROUTERS)} (default {DEFAULT_ROUTER})",
+    )
+    p.add_argument(
+        "--router-param",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a router parameter, e.g. --router-param balance_abs=8 (repeatable)",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
-    p.add_argument("--profile", default=DEFAULT_PROFILE, help="engine profile name or .json "
-                   f"path for the routers' cost model and KV budget (default {DEFAULT_PROFILE})")
-    p.add_argument("--kv-budget-tokens", type=int, default=None, help="per-backend KV tokens "
-                   "of the service's prefix/context LRU (default: the profile's budget)")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for a "
-                   "backend's answer (default 600)")
+    p.add_argument(
+        "--profile",
+        default=DEFAULT_PROFILE,
+        help="engine profile name or .json "
+        f"path for the routers' cost model and KV budget (default {DEFAULT_PROFILE})",
+    )
+    p.add_argument(
+        "--kv-budget-tokens",
+        type=int,
+        default=None,
+        help="per-backend KV tokens "
+        "of the service's prefix/context LRU (default: the profile's budget)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="seconds to wait for a backend's answer (default 600)",
+    )
     p.add_argument("--verbose", action="store_true", help="log every request")
 
 
 def add_arguments(subparsers) -> None:
     """Register ``topas router`` (called by :func:`topas.cli.build_parser`)."""
-    p = subparsers.add_parser("router", help="an OpenAI-compatible HTTP router in front of "
-                              "several vLLM servers, placing calls with a TOPAS router")
+    p = subparsers.add_parser(
+        "router",
+        help="an OpenAI-compatible HTTP router in front of "
+        "several vLLM servers, placing calls with a TOPAS router",
+    )
     _configure(p)
     p.set_defaults(fn=cli_router, func=cli_router)
 
@@ -322,16 +386,27 @@ def cli_router(args: argparse.Namespace) -> int:
     ValueError (``topas router: error: ...``)."""
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port {args.port}: must be in 0..65535")
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(name)s %(message)s")
-    svc = RouterService(args.backend, router=args.router,
-                        router_params=parse_router_params(args.router_param),
-                        host=args.host, port=args.port, profile=args.profile,
-                        kv_budget_tokens=args.kv_budget_tokens, timeout_s=args.timeout)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(name)s %(message)s",
+    )
+    svc = RouterService(
+        args.backend,
+        router=args.router,
+        router_params=parse_router_params(args.router_param),
+        host=args.host,
+        port=args.port,
+        profile=args.profile,
+        kv_budget_tokens=args.kv_budget_tokens,
+        timeout_s=args.timeout,
+    )
     svc._bind()
     down = [b.url for b in svc.backends if not svc.backend_healthy(b, timeout=1.0)]
-    print(f"topas router: {svc.router.name} over {len(svc.backends)} backends at {svc.url}"
-          + (f" (not healthy yet: {', '.join(down)})" if down else ""), flush=True)
+    print(
+        f"topas router: {svc.router.name} over {len(svc.backends)} backends at {svc.url}"
+        + (f" (not healthy yet: {', '.join(down)})" if down else ""),
+        flush=True,
+    )
     try:
         svc._server.serve_forever()
     except KeyboardInterrupt:
@@ -344,8 +419,9 @@ def cli_router(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """``python -m topas.integrations.router_service --backend URL ...``: same as
     ``topas router``."""
-    ap = argparse.ArgumentParser(prog="topas-router", description="OpenAI-compatible router "
-                                 "over several vLLM servers")
+    ap = argparse.ArgumentParser(
+        prog="topas-router", description="OpenAI-compatible router over several vLLM servers"
+    )
     _configure(ap)
     args = ap.parse_args(argv)
     try:

@@ -21,9 +21,38 @@ from dataclasses import dataclass
 import numpy as np
 
 #: two-sided 95 % Student t quantiles for 1..30 degrees of freedom (then the normal's 1.96)
-_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-        2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+_T95 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 
 
 def t95(df: int) -> float:
@@ -86,13 +115,15 @@ def _per_seed(results: Mapping, jobs, metric: str) -> dict:
         r = results.get(j)
         if r is None or "error" in r:
             continue
-        out.setdefault((j.workload, j.context_cache, j.policy, j.params), {})[j.seed] = \
-            float(r[metric])
+        out.setdefault((j.workload, j.context_cache, j.policy, j.params), {})[j.seed] = float(
+            r[metric]
+        )
     return out
 
 
-def paired_rows(results: Mapping, jobs, target: str, baselines: Sequence[str],
-                others: Sequence[str] = ()) -> list[dict]:
+def paired_rows(
+    results: Mapping, jobs, target: str, baselines: Sequence[str], others: Sequence[str] = ()
+) -> list[dict]:
     """Per (workload, engine cache setting): the best baseline by mean JCT over the seeds and
     the target's paired difference against it (mean JCT; p99 JCT against the best baseline
     by p99), and the same for each policy in ``others``.  A policy with a failed seed is left
@@ -106,27 +137,40 @@ def paired_rows(results: Mapping, jobs, target: str, baselines: Sequence[str],
         keys.setdefault((j.workload, j.context_cache), j)
     rows = []
     for (w, cc), j0 in keys.items():
+
         def full(table, p, w=w, cc=cc):
             v = table.get((w, cc, p, ()), {})
             return [v[s] for s in seeds] if len(v) == len(seeds) else None
 
         base_m = {b: v for b in baselines if (v := full(mean, b)) is not None}
         base_p = {b: v for b in baselines if (v := full(p99, b)) is not None}
-        row: dict = {"workload": w, "cache": cc, "rate": j0.rate, "n_tasks": j0.n_tasks,
-                     "seeds": seeds, "failed": [p for p in (target, *baselines, *others)
-                                                if full(mean, p) is None]}
+        row: dict = {
+            "workload": w,
+            "cache": cc,
+            "rate": j0.rate,
+            "n_tasks": j0.n_tasks,
+            "seeds": seeds,
+            "failed": [p for p in (target, *baselines, *others) if full(mean, p) is None],
+        }
         if not base_m:
             rows.append(row)
             continue
         best, best_p = best_by_mean(base_m), best_by_mean(base_p)
-        row.update(best=best, best_mean=float(np.mean(base_m[best])), best_p99=best_p,
-                   means={p: float(np.mean(v)) for p, v in base_m.items()})
+        row.update(
+            best=best,
+            best_mean=float(np.mean(base_m[best])),
+            best_p99=best_p,
+            means={p: float(np.mean(v)) for p, v in base_m.items()},
+        )
         for p in (target, *others):
             tm, tp = full(mean, p), full(p99, p)
             if tm is None or tp is None:
                 continue
-            row[p] = {"mean": float(np.mean(tm)), "vs_best": paired(tm, base_m[best]),
-                      "p99_vs_best": paired(tp, base_p[best_p])}
+            row[p] = {
+                "mean": float(np.mean(tm)),
+                "vs_best": paired(tm, base_m[best]),
+                "p99_vs_best": paired(tp, base_p[best_p]),
+            }
         rows.append(row)
     return rows
 

@@ -92,14 +92,20 @@ def summarize_cluster(cres) -> dict:
         one = summarize(r)
         # busy share of the cluster's span, not of the replica's own
         c = r.counters
-        per.append({"replica": rid, "routed": routed, "requests": one["requests"],
-                    "tasks_finished": one["tasks"],
-                    "busy_fraction": c.busy_s / max(s["makespan_s"] - _first_arrival(cres), 1e-12),
-                    "mean_batch_size": one["mean_batch_size"],
-                    "prefix_hit_rate": one["prefix_hit_rate"],
-                    "context_hit_tokens": one["context_hit_tokens"],
-                    "preemptions": one["preemptions"],
-                    "peak_kv_tokens": one["peak_kv_tokens"]})
+        per.append(
+            {
+                "replica": rid,
+                "routed": routed,
+                "requests": one["requests"],
+                "tasks_finished": one["tasks"],
+                "busy_fraction": c.busy_s / max(s["makespan_s"] - _first_arrival(cres), 1e-12),
+                "mean_batch_size": one["mean_batch_size"],
+                "prefix_hit_rate": one["prefix_hit_rate"],
+                "context_hit_tokens": one["context_hit_tokens"],
+                "preemptions": one["preemptions"],
+                "peak_kv_tokens": one["peak_kv_tokens"],
+            }
+        )
     s["per_replica"] = per
     return s
 

@@ -19,8 +19,18 @@ from topas._plugins import import_submodules
 from topas.policies.base import AdmissionPlan, Policy
 from topas.policies.params import Param, ParamError, parse_params
 
-__all__ = ["AdmissionPlan", "Policy", "register", "make_policy", "build_policy", "check_params",
-           "list_policies", "policy_info", "Param", "ParamError"]
+__all__ = [
+    "AdmissionPlan",
+    "Policy",
+    "register",
+    "make_policy",
+    "build_policy",
+    "check_params",
+    "list_policies",
+    "policy_info",
+    "Param",
+    "ParamError",
+]
 
 
 @dataclass(frozen=True)
@@ -79,16 +89,16 @@ def check_params(name: str, params: dict) -> dict:
     return parse_params(name, policy_info(name).params, params)
 
 
-def build_policy(name: str, seed: int = 0, params: Mapping[str, object] | None = None
-                 ) -> Policy:
+def build_policy(name: str, seed: int = 0, params: Mapping[str, object] | None = None) -> Policy:
     """A fresh ``name`` policy for one run; ``params`` are checked against its declaration
     (strings from the command line or Python values).  Raises ``ValueError`` (a
     :class:`ParamError` for a parameter) naming the policy."""
     if isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0:
         raise ValueError(f"policy {name!r}: seed {seed!r}: must be an integer >= 0")
     if params is not None and not isinstance(params, Mapping):
-        raise TypeError(f"policy {name!r}: params must be a mapping name -> value, got "
-                        f"{type(params).__name__}")
+        raise TypeError(
+            f"policy {name!r}: params must be a mapping name -> value, got {type(params).__name__}"
+        )
     kw = check_params(name, dict(params or {}))
     return policy_info(name).factory(seed=int(seed), **kw)
 

@@ -65,8 +65,9 @@ class AttainedService:
     def after(self, snap: Snapshot, decision: Decision) -> None:
         """Remember which calls run until the next decision."""
         gone = set(decision.preempt)
-        active = {r.request_id: (r.task_id, r.stage) for r in snap.running
-                  if r.request_id not in gone}
+        active = {
+            r.request_id: (r.task_id, r.stage) for r in snap.running if r.request_id not in gone
+        }
         if decision.admit:
             waiting = {r.request_id: r for r in snap.waiting}
             for rid in decision.admit:
@@ -86,13 +87,17 @@ class AttainedService:
         for name in task.order:
             st = task.stages[name]
             cp[name] = self.stage_s.get((tid, name), 0.0) + max(
-                (cp[d] for d in st.deps), default=0.0)
+                (cp[d] for d in st.deps), default=0.0
+            )
         return cp
 
 
-@register("autellix-las", "Autellix: least attained service of the task first (ATLAS: "
-          "critical-path service for DAGs; PLAS for chains), discretised queues, LRU eviction",
-          source="Autellix (Luo et al., arXiv 2502.13965)")
+@register(
+    "autellix-las",
+    "Autellix: least attained service of the task first (ATLAS: "
+    "critical-path service for DAGs; PLAS for chains), discretised queues, LRU eviction",
+    source="Autellix (Luo et al., arXiv 2502.13965)",
+)
 class AutellixLAS:
     """Program-level least-attained-service admission order with multi-level queues.
 
@@ -103,18 +108,34 @@ class AutellixLAS:
     """
 
     name = "autellix-las"
-    PARAMS = (RESERVE_RATIO,
-              choice("mode", "atlas", ("atlas", "plas"), "atlas: critical-path attained "
-                     "service; plas: total attained service"),
-              reals("thresholds_s", DEFAULT_THRESHOLDS_S, "ascending queue boundaries (s)",
-                    hi=1e9),
-              real("starvation_ratio", 4.0, "promote a call after waiting this many times its "
-                   "program's attained service (none: never)", hi=1e6, lo_open=True,
-                   nullable=True))
+    PARAMS = (
+        RESERVE_RATIO,
+        choice(
+            "mode",
+            "atlas",
+            ("atlas", "plas"),
+            "atlas: critical-path attained service; plas: total attained service",
+        ),
+        reals("thresholds_s", DEFAULT_THRESHOLDS_S, "ascending queue boundaries (s)", hi=1e9),
+        real(
+            "starvation_ratio",
+            4.0,
+            "promote a call after waiting this many times its "
+            "program's attained service (none: never)",
+            hi=1e6,
+            lo_open=True,
+            nullable=True,
+        ),
+    )
 
-    def __init__(self, seed: int = 0, reserve_ratio: float = 0.5, mode: str = "atlas",
-                 thresholds_s: Sequence[float] = DEFAULT_THRESHOLDS_S,
-                 starvation_ratio: float | None = 4.0) -> None:
+    def __init__(
+        self,
+        seed: int = 0,
+        reserve_ratio: float = 0.5,
+        mode: str = "atlas",
+        thresholds_s: Sequence[float] = DEFAULT_THRESHOLDS_S,
+        starvation_ratio: float | None = 4.0,
+    ) -> None:
         if mode not in ("atlas", "plas"):
             raise ValueError(f"mode {mode!r}: must be 'atlas' or 'plas'")
         th = tuple(float(x) for x in thresholds_s)
@@ -135,8 +156,11 @@ class AutellixLAS:
         for r in snap.waiting:
             t = snap.tasks[r.task_id]
             if r.task_id not in cache:
-                cache[r.task_id] = (self.service.critical_path_s(t) if self.mode == "atlas"
-                                    else self.service.task_total_s(t))
+                cache[r.task_id] = (
+                    self.service.critical_path_s(t)
+                    if self.mode == "atlas"
+                    else self.service.task_total_s(t)
+                )
             v = cache[r.task_id]
             out[r.request_id] = v[r.stage] if isinstance(v, dict) else v
         return out

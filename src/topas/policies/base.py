@@ -64,8 +64,11 @@ def _expected_call_output(snap: Snapshot, agent: str, kind: str | None) -> float
     if got is not None and got[0] is snap.history and got[1] == len(snap.history):
         lists = got[2]
     else:
-        lists = [recs for (a, k), recs in snap.history.items()
-                 if a == agent and (kind is None or k == kind)]
+        lists = [
+            recs
+            for (a, k), recs in snap.history.items()
+            if a == agent and (kind is None or k == kind)
+        ]
         if len(_LISTS_CACHE) > 4096:
             _LISTS_CACHE.clear()
         _LISTS_CACHE[key] = (snap.history, len(snap.history), lists)
@@ -122,8 +125,9 @@ class AdmissionPlan:
         self.evicted: list[str] = []
         self.batch = len(snap.running)
         self.needed: set[str] = {r.agent for r in snap.running}
-        self.resident: set[str] = {a for a, p in snap.prefixes.items()
-                                   if p.location == Location.DEVICE}
+        self.resident: set[str] = {
+            a for a, p in snap.prefixes.items() if p.location == Location.DEVICE
+        }
         self._lru: list[str] | None = None
         #: per agent, held contexts this decision releases (each was a user of the prefix)
         self._released: dict[str, int] = {}
@@ -189,9 +193,11 @@ class AdmissionPlan:
     def lru_order(self) -> list[str]:
         if self._lru is None:
             rel = self._released
-            idle = [p for a, p in self.snap.prefixes.items()
-                    if a in self.resident and p.users - rel.get(a, 0) == 0
-                    and p.transfer is None]
+            idle = [
+                p
+                for a, p in self.snap.prefixes.items()
+                if a in self.resident and p.users - rel.get(a, 0) == 0 and p.transfer is None
+            ]
             idle.sort(key=lambda p: p.last_used_s)
             self._lru = [p.agent for p in idle]
         return self._lru
@@ -209,8 +215,7 @@ class AdmissionPlan:
             # (the engine checks that before a run), however much output is expected --
             # keep only that block rather than leave the engine idle (work conservation)
             need -= self.reserve(r) - self.snap.config.block_size
-            if need > self.free and not (evict and self.make_room(need,
-                                                                  lambda a: a != r.agent)):
+            if need > self.free and not (evict and self.make_room(need, lambda a: a != r.agent)):
                 return False
         self.free -= need
         if r.agent in self.evicted:
@@ -250,8 +255,13 @@ class AdmissionPlan:
         if self._lru is not None and agent in self._lru:
             self._lru.remove(agent)
 
-    def admit_in_order(self, ordered: Iterable[RequestState], *, stop_at_first_blocked: bool
-                       = True, evict: bool = True) -> None:
+    def admit_in_order(
+        self,
+        ordered: Iterable[RequestState],
+        *,
+        stop_at_first_blocked: bool = True,
+        evict: bool = True,
+    ) -> None:
         """Admit ``ordered`` requests while they fit.  With ``stop_at_first_blocked`` the first
         request that does not fit blocks the rest (vLLM's FCFS head-of-line behaviour)."""
         for r in ordered:

@@ -46,17 +46,18 @@ from topas.policies.params import RESERVE_RATIO, integer, real
 from topas.policies.parrot import program_fcfs_queue
 
 
-def best_ttl_s(samples: Sequence[float], benefit_s: float, cost_rate: float,
-               max_ttl_s: float) -> float:
+def best_ttl_s(
+    samples: Sequence[float], benefit_s: float, cost_rate: float, max_ttl_s: float
+) -> float:
     """``argmax_tau F(tau) * benefit_s - cost_rate * E[min(T, tau)]`` over the empirical
     distribution ``samples`` of tool durations (s); 0 when no ``tau`` has positive utility.
     The maximum lies at a sample point: ``F`` only jumps there and the cost grows between."""
-    return best_ttl_sorted(sorted(x for x in samples if x <= max_ttl_s), len(samples),
-                           benefit_s, cost_rate)
+    return best_ttl_sorted(
+        sorted(x for x in samples if x <= max_ttl_s), len(samples), benefit_s, cost_rate
+    )
 
 
-def best_ttl_sorted(xs: Sequence[float], n_all: int, benefit_s: float,
-                    cost_rate: float) -> float:
+def best_ttl_sorted(xs: Sequence[float], n_all: int, benefit_s: float, cost_rate: float) -> float:
     """:func:`best_ttl_s` given ``xs``, the samples <= ``max_ttl_s`` in ascending order, and
     ``n_all``, the number of all samples (a policy that keeps its samples sorted as they
     arrive skips the sort at every decision)."""
@@ -77,8 +78,14 @@ def best_ttl_sorted(xs: Sequence[float], n_all: int, benefit_s: float,
     return best_tau
 
 
-def best_ttl_prefix(xs: Sequence[float], m: int, cum: Sequence[float], n_all: int,
-                    benefit_s: float, cost_rate: float) -> float:
+def best_ttl_prefix(
+    xs: Sequence[float],
+    m: int,
+    cum: Sequence[float],
+    n_all: int,
+    benefit_s: float,
+    cost_rate: float,
+) -> float:
     """:func:`best_ttl_sorted` of ``xs[:m]``, given ``cum[i] = xs[0] + ... + xs[i-1]``
     added left to right from 0.0 (``accumulate(xs, initial=0.0)``, the loop's ``below``),
     scanning from the largest TTL down: every candidate's utility is computed with the same
@@ -125,30 +132,61 @@ def mean_queue_s(snap: Snapshot) -> float:
     return sum(now - r.ready_s for r in snap.waiting) / n
 
 
-@register("continuum", "Continuum: program-level FCFS; keep a call's KV through its tool "
-          "call for a TTL set by reload + queueing saved vs memory held; LRU eviction",
-          source="Continuum (Li et al., arXiv 2511.02230)")
+@register(
+    "continuum",
+    "Continuum: program-level FCFS; keep a call's KV through its tool "
+    "call for a TTL set by reload + queueing saved vs memory held; LRU eviction",
+    source="Continuum (Li et al., arXiv 2511.02230)",
+)
 class Continuum:
     """Tool-call TTL pinning of contexts with program-level FCFS admission."""
 
     name = "continuum"
-    PARAMS = (RESERVE_RATIO,
-              real("memory_weight", 1.0, "weight of the memory a held context occupies against "
-                   "the reload time it saves", hi=1e6),
-              real("cold_mean_s", 1.0, "assumed mean tool duration (s) before min_samples are "
-                   "observed", hi=86_400.0),
-              real("max_ttl_s", 30.0, "longest a context is held (s)", hi=86_400.0),
-              integer("min_samples", 3, "tool durations observed before the learned "
-                      "distribution replaces the cold-start model", lo=1, hi=1_000_000),
-              integer("window", 64, "recent tool durations kept per (agent, stage kind)",
-                      lo=1, hi=1_000_000),
-              real("slack_s", 0.05, "added to each TTL (s)", hi=3_600.0))
+    PARAMS = (
+        RESERVE_RATIO,
+        real(
+            "memory_weight",
+            1.0,
+            "weight of the memory a held context occupies against the reload time it saves",
+            hi=1e6,
+        ),
+        real(
+            "cold_mean_s",
+            1.0,
+            "assumed mean tool duration (s) before min_samples are observed",
+            hi=86_400.0,
+        ),
+        real("max_ttl_s", 30.0, "longest a context is held (s)", hi=86_400.0),
+        integer(
+            "min_samples",
+            3,
+            "tool durations observed before the learned distribution replaces the cold-start model",
+            lo=1,
+            hi=1_000_000,
+        ),
+        integer(
+            "window", 64, "recent tool durations kept per (agent, stage kind)", lo=1, hi=1_000_000
+        ),
+        real("slack_s", 0.05, "added to each TTL (s)", hi=3_600.0),
+    )
 
-    def __init__(self, seed: int = 0, reserve_ratio: float = 0.5, memory_weight: float = 1.0,
-                 cold_mean_s: float = 1.0, max_ttl_s: float = 30.0, min_samples: int = 3,
-                 window: int = 64, slack_s: float = 0.05) -> None:
-        for name, v in (("memory_weight", memory_weight), ("cold_mean_s", cold_mean_s),
-                        ("max_ttl_s", max_ttl_s), ("slack_s", slack_s)):
+    def __init__(
+        self,
+        seed: int = 0,
+        reserve_ratio: float = 0.5,
+        memory_weight: float = 1.0,
+        cold_mean_s: float = 1.0,
+        max_ttl_s: float = 30.0,
+        min_samples: int = 3,
+        window: int = 64,
+        slack_s: float = 0.05,
+    ) -> None:
+        for name, v in (
+            ("memory_weight", memory_weight),
+            ("cold_mean_s", cold_mean_s),
+            ("max_ttl_s", max_ttl_s),
+            ("slack_s", slack_s),
+        ):
             if v < 0:
                 raise ValueError(f"{name} {v}: must be >= 0")
         if min_samples < 1 or window < 1:
@@ -278,8 +316,9 @@ class Continuum:
             srt = entry[1]
             if entry[2] is None:
                 entry[2] = list(accumulate(srt, initial=0.0))
-            return best_ttl_prefix(srt, bisect_right(srt, self.max_ttl_s), entry[2], len(xs),
-                                   benefit_s, cost_rate)
+            return best_ttl_prefix(
+                srt, bisect_right(srt, self.max_ttl_s), entry[2], len(xs), benefit_s, cost_rate
+            )
         # cold start, T ~ Exp(mean m): U(tau) = (1 - e^{-tau/m}) (Benefit - cost_rate * m)
         return self.max_ttl_s if benefit_s > cost_rate * self.cold_mean_s else 0.0
 
@@ -299,8 +338,7 @@ class Continuum:
         new_pins: dict[tuple[int, str], tuple[float, int]] = {}
         queue_s = None  # the same for every candidate: computed once, when first needed
         held = snap.held
-        for key, h in (sorted(held.items(), key=lambda kv: arrival(kv[0][0])) if held
-                       else ()):
+        for key, h in sorted(held.items(), key=lambda kv: arrival(kv[0][0])) if held else ():
             if h.expires_s > now:
                 continue
             if queue_s is None:
@@ -317,15 +355,21 @@ class Continuum:
             # the memory comes back; its prefix is needed only if something else needs it
             plan.free += new_pins.pop(k)[1]
             agent = snap.held[k].agent
-            if all(r.agent != agent for r in snap.running) and all(
-                    snap.held[o].agent != agent for o in new_pins) and all(
-                    admitted_agents[rid] != agent for rid in plan.admitted):
+            if (
+                all(r.agent != agent for r in snap.running)
+                and all(snap.held[o].agent != agent for o in new_pins)
+                and all(admitted_agents[rid] != agent for rid in plan.admitted)
+            ):
                 plan.needed.discard(agent)
 
         # pins that may be undone under pressure: their stage is still in its tool call
-        old_pins = {key: h.tokens for key, h in held.items()
-                    if h.expires_s > now and key[0] in snap.tasks
-                    and snap.tasks[key[0]].stages[key[1]].status == StageStatus.TOOL}
+        old_pins = {
+            key: h.tokens
+            for key, h in held.items()
+            if h.expires_s > now
+            and key[0] in snap.tasks
+            and snap.tasks[key[0]].stages[key[1]].status == StageStatus.TOOL
+        }
         release: list[tuple[int, str]] = []
 
         def undo_pins_for(r, only_younger: bool) -> bool:
@@ -334,9 +378,11 @@ class Continuum:
             if not new_pins and not old_pins:
                 return False
             mine = arrival(r.task_id)
-            for k in sorted((k for k in (*new_pins, *old_pins)
-                             if not only_younger or arrival(k[0]) > mine),
-                            key=lambda k: arrival(k[0]), reverse=True):
+            for k in sorted(
+                (k for k in (*new_pins, *old_pins) if not only_younger or arrival(k[0]) > mine),
+                key=lambda k: arrival(k[0]),
+                reverse=True,
+            ):
                 if k in new_pins:
                     drop_new_pin(k)
                 else:
@@ -356,5 +402,4 @@ class Continuum:
             if plan.batch == 0:
                 undo_pins_for(r, only_younger=False)
             break  # head-of-line blocking, as in FCFS
-        return plan.decision(hold={k: v[0] for k, v in new_pins.items()},
-                             release=tuple(release))
+        return plan.decision(hold={k: v[0] for k, v in new_pins.items()}, release=tuple(release))

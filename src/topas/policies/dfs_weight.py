@@ -59,9 +59,12 @@ def dfs_weight_order(snap: Snapshot) -> list[RequestState]:
     return out
 
 
-@register("dfs-weight", "SGLang DFS-weight: walk the prefix tree depth first, heavier "
-          "subtrees (more waiting requests) first, LRU prefix eviction",
-          source="SGLang schedule_policy.py (CacheAwarePolicy.DFS_WEIGHT)")
+@register(
+    "dfs-weight",
+    "SGLang DFS-weight: walk the prefix tree depth first, heavier "
+    "subtrees (more waiting requests) first, LRU prefix eviction",
+    source="SGLang schedule_policy.py (CacheAwarePolicy.DFS_WEIGHT)",
+)
 class DFSWeight(OrderedAdmission):
     """SGLang's DFS-weight ordering; head-of-line blocking admission."""
 

@@ -9,8 +9,12 @@ from topas.policies import register
 from topas.policies.base import OrderedAdmission, fcfs_queue
 
 
-@register("fcfs", "first come, first served: admit ready requests in arrival order, "
-          "head-of-line blocking, LRU prefix eviction", source="vLLM / SGLang default")
+@register(
+    "fcfs",
+    "first come, first served: admit ready requests in arrival order, "
+    "head-of-line blocking, LRU prefix eviction",
+    source="vLLM / SGLang default",
+)
 class FCFS(OrderedAdmission):
     """Admit waiting requests oldest first while they fit; the first one that does not fit
     blocks the ones behind it (vLLM's FCFS).  Residency: LRU eviction of idle prefixes."""

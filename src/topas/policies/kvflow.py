@@ -59,8 +59,11 @@ class KVFlowPlan(AdmissionPlan):
 
     def lru_order(self) -> list[str]:
         if self._lru is None:
-            idle = [p for a, p in self.snap.prefixes.items()
-                    if a in self.resident and p.users == 0 and p.transfer is None]
+            idle = [
+                p
+                for a, p in self.snap.prefixes.items()
+                if a in self.resident and p.users == 0 and p.transfer is None
+            ]
             idle.sort(key=lambda p: (-self.ste.get(p.agent, math.inf), p.last_used_s))
             self._lru = [p.agent for p in idle]
         return self._lru
@@ -71,7 +74,8 @@ class KVFlowPlan(AdmissionPlan):
         need = self.snap.prefixes[agent].tokens
         mine = self.ste.get(agent, math.inf)
         if need > self.free and not self.make_room(
-                need, lambda a: self.ste.get(a, math.inf) > mine):
+            need, lambda a: self.ste.get(a, math.inf) > mine
+        ):
             return False
         self.free -= need
         self.resident.add(agent)
@@ -79,19 +83,27 @@ class KVFlowPlan(AdmissionPlan):
         return True
 
 
-@register("kvflow", "KVFlow: FCFS requests; evict prefixes with the most steps to next "
-          "execution first; prefetch next-step agents' prefixes from the host tier",
-          source="KVFlow (Pan et al., arXiv 2507.07400)")
+@register(
+    "kvflow",
+    "KVFlow: FCFS requests; evict prefixes with the most steps to next "
+    "execution first; prefetch next-step agents' prefixes from the host tier",
+    source="KVFlow (Pan et al., arXiv 2507.07400)",
+)
 class KVFlow:
     """Workflow-aware residency: steps-to-execution eviction and next-step prefetch."""
 
     name = "kvflow"
-    PARAMS = (RESERVE_RATIO,
-              integer("prefetch_steps", 1, "prefetch prefixes of agents due within this many "
-                      "steps", hi=1_000_000))
+    PARAMS = (
+        RESERVE_RATIO,
+        integer(
+            "prefetch_steps",
+            1,
+            "prefetch prefixes of agents due within this many steps",
+            hi=1_000_000,
+        ),
+    )
 
-    def __init__(self, seed: int = 0, reserve_ratio: float = 0.5,
-                 prefetch_steps: int = 1) -> None:
+    def __init__(self, seed: int = 0, reserve_ratio: float = 0.5, prefetch_steps: int = 1) -> None:
         if prefetch_steps < 0:
             raise ValueError(f"prefetch_steps {prefetch_steps}: must be >= 0")
         self.reserve_ratio = reserve_ratio

@@ -51,9 +51,12 @@ def cached_match_tokens(snap: Snapshot, r: RequestState) -> int:
     return n
 
 
-def lpm_order(snap: Snapshot, check_threshold_tokens: int = CHECK_THRESHOLD_TOKENS,
-              deprioritize_threshold_tokens: int = DEPRIORITIZE_THRESHOLD_TOKENS,
-              fcfs_above: int = FCFS_ABOVE) -> Sequence[RequestState]:
+def lpm_order(
+    snap: Snapshot,
+    check_threshold_tokens: int = CHECK_THRESHOLD_TOKENS,
+    deprioritize_threshold_tokens: int = DEPRIORITIZE_THRESHOLD_TOKENS,
+    fcfs_above: int = FCFS_ABOVE,
+) -> Sequence[RequestState]:
     """Waiting requests in LPM admission order."""
     queue = fcfs_queue(snap)  # the engine's queue, as SGLang's list holds it before sorting
     if len(queue) > fcfs_above:
@@ -72,31 +75,53 @@ def lpm_order(snap: Snapshot, check_threshold_tokens: int = CHECK_THRESHOLD_TOKE
         else:
             inserted.add(r.agent)
     # stable sort: equal matches keep queue (arrival) order
-    return sorted(queue, key=lambda r: (float("inf") if r.request_id in deprioritized
-                                        else -matched[r.request_id]))
+    return sorted(
+        queue,
+        key=lambda r: float("inf") if r.request_id in deprioritized else -matched[r.request_id],
+    )
 
 
-@register("lpm", "SGLang longest prefix match: most cached prompt tokens first, in-queue "
-          "prefix dedup, FCFS above 128 waiting, LRU prefix eviction",
-          source="SGLang schedule_policy.py (CacheAwarePolicy.LPM)")
+@register(
+    "lpm",
+    "SGLang longest prefix match: most cached prompt tokens first, in-queue "
+    "prefix dedup, FCFS above 128 waiting, LRU prefix eviction",
+    source="SGLang schedule_policy.py (CacheAwarePolicy.LPM)",
+)
 class LPM(OrderedAdmission):
     """SGLang's LPM with its in-queue prefix check; head-of-line blocking admission."""
 
     name = "lpm"
-    PARAMS = (*OrderedAdmission.PARAMS,
-              integer("check_threshold_tokens", CHECK_THRESHOLD_TOKENS, "in-queue prefix check: "
-                      "a request with at most this many cached tokens is checked",
-                      hi=10_000_000),
-              integer("deprioritize_threshold_tokens", DEPRIORITIZE_THRESHOLD_TOKENS,
-                      "in-queue prefix check: defer a request sharing more than this many "
-                      "tokens with one admitted before it", hi=10_000_000),
-              integer("fcfs_above", FCFS_ABOVE, "serve FCFS when more requests than this wait",
-                      hi=1_000_000_000))
+    PARAMS = (
+        *OrderedAdmission.PARAMS,
+        integer(
+            "check_threshold_tokens",
+            CHECK_THRESHOLD_TOKENS,
+            "in-queue prefix check: a request with at most this many cached tokens is checked",
+            hi=10_000_000,
+        ),
+        integer(
+            "deprioritize_threshold_tokens",
+            DEPRIORITIZE_THRESHOLD_TOKENS,
+            "in-queue prefix check: defer a request sharing more than this many "
+            "tokens with one admitted before it",
+            hi=10_000_000,
+        ),
+        integer(
+            "fcfs_above",
+            FCFS_ABOVE,
+            "serve FCFS when more requests than this wait",
+            hi=1_000_000_000,
+        ),
+    )
 
-    def __init__(self, seed: int = 0, reserve_ratio: float = 0.5,
-                 check_threshold_tokens: int = CHECK_THRESHOLD_TOKENS,
-                 deprioritize_threshold_tokens: int = DEPRIORITIZE_THRESHOLD_TOKENS,
-                 fcfs_above: int = FCFS_ABOVE) -> None:
+    def __init__(
+        self,
+        seed: int = 0,
+        reserve_ratio: float = 0.5,
+        check_threshold_tokens: int = CHECK_THRESHOLD_TOKENS,
+        deprioritize_threshold_tokens: int = DEPRIORITIZE_THRESHOLD_TOKENS,
+        fcfs_above: int = FCFS_ABOVE,
+    ) -> None:
         if fcfs_above < 0:
             raise ValueError(f"fcfs_above {fcfs_above}: must be >= 0")
         super().__init__(seed, reserve_ratio)
@@ -105,6 +130,6 @@ class LPM(OrderedAdmission):
         self.fcfs_above = fcfs_above
 
     def order(self, snap: Snapshot) -> Sequence[RequestState]:
-        return lpm_order(snap, self.check_threshold_tokens, self.deprioritize_threshold_tokens,
-                         self.fcfs_above)
-
+        return lpm_order(
+            snap, self.check_threshold_tokens, self.deprioritize_threshold_tokens, self.fcfs_above
+        )

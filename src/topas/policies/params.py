@@ -21,8 +21,20 @@ import numbers
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-__all__ = ["Param", "ParamError", "flag", "integer", "real", "choice", "reals", "subset",
-           "parse_params", "with_defaults", "without", "key_value_pairs"]
+__all__ = [
+    "Param",
+    "ParamError",
+    "flag",
+    "integer",
+    "real",
+    "choice",
+    "reals",
+    "subset",
+    "parse_params",
+    "with_defaults",
+    "without",
+    "key_value_pairs",
+]
 
 KINDS = ("bool", "int", "float", "choice", "floats", "subset")
 
@@ -49,8 +61,7 @@ class Param:
 
     # -- how `topas list --params` shows it ------------------------------------------------
     def type_text(self) -> str:
-        t = {"floats": "list of float", "subset": "names joined by +"}.get(self.kind,
-                                                                            self.kind)
+        t = {"floats": "list of float", "subset": "names joined by +"}.get(self.kind, self.kind)
         if self.kind == "choice":
             t = "str"
         return f"{t} or none" if self.nullable else t
@@ -79,8 +90,9 @@ class Param:
     def parse(self, value: object) -> object:
         """``value`` (a command-line string or a Python value) as the declared type; raises
         ``ValueError`` with the problem (without the parameter's name)."""
-        if self.nullable and (value is None or (isinstance(value, str)
-                                                and value.strip().lower() in ("none", "null"))):
+        if self.nullable and (
+            value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null"))
+        ):
             return None
         if value is None:
             raise ValueError("must not be none")
@@ -106,8 +118,9 @@ class Param:
             raise ValueError(f"must be names from {', '.join(self.choices)} joined by '+'")
         bad = [x for x in items if x not in self.choices]
         if bad:
-            raise ValueError(f"unknown {', '.join(map(repr, bad))} (known: "
-                             f"{', '.join(self.choices)})")
+            raise ValueError(
+                f"unknown {', '.join(map(repr, bad))} (known: {', '.join(self.choices)})"
+            )
         return tuple(dict.fromkeys(items))
 
     def _check_range(self, v: float) -> float:
@@ -179,6 +192,7 @@ def _split(v: object, sep: str) -> list | None:
 
 # -- declaring ---------------------------------------------------------------------------------
 
+
 def key_value_pairs(items: Iterable[str] | None, flag_name: str) -> dict[str, str]:
     """The ``KEY=VALUE`` items of a repeatable command-line flag (``--param``,
     ``--router-param``) as ``{key: value}``, values as given; a malformed item or a key given
@@ -199,13 +213,26 @@ def flag(name: str, default: bool, doc: str) -> Param:
     return Param(name, "bool", default, doc)
 
 
-def integer(name: str, default: int | None, doc: str, lo: int | None = 0,
-            hi: int | None = None, nullable: bool = False) -> Param:
+def integer(
+    name: str,
+    default: int | None,
+    doc: str,
+    lo: int | None = 0,
+    hi: int | None = None,
+    nullable: bool = False,
+) -> Param:
     return Param(name, "int", default, doc, lo=lo, hi=hi, nullable=nullable)
 
 
-def real(name: str, default: float | None, doc: str, lo: float | None = 0.0,
-         hi: float | None = None, lo_open: bool = False, nullable: bool = False) -> Param:
+def real(
+    name: str,
+    default: float | None,
+    doc: str,
+    lo: float | None = 0.0,
+    hi: float | None = None,
+    lo_open: bool = False,
+    nullable: bool = False,
+) -> Param:
     return Param(name, "float", default, doc, lo=lo, hi=hi, lo_open=lo_open, nullable=nullable)
 
 
@@ -213,8 +240,9 @@ def choice(name: str, default: str, choices: Iterable[str], doc: str) -> Param:
     return Param(name, "choice", default, doc, choices=tuple(choices))
 
 
-def reals(name: str, default: tuple[float, ...], doc: str, lo: float | None = 0.0,
-          hi: float | None = None) -> Param:
+def reals(
+    name: str, default: tuple[float, ...], doc: str, lo: float | None = 0.0, hi: float | None = None
+) -> Param:
     return Param(name, "floats", tuple(default), doc, lo=lo, hi=hi)
 
 
@@ -224,8 +252,7 @@ def subset(name: str, default: tuple[str, ...], choices: Iterable[str], doc: str
 
 def with_defaults(params: Iterable[Param], defaults: Mapping[str, object]) -> tuple[Param, ...]:
     """``params`` with the defaults named in ``defaults`` replaced (a variant's own values)."""
-    return tuple(replace(p, default=defaults[p.name]) if p.name in defaults else p
-                 for p in params)
+    return tuple(replace(p, default=defaults[p.name]) if p.name in defaults else p for p in params)
 
 
 def without(params: Iterable[Param], *names: str) -> tuple[Param, ...]:
@@ -235,6 +262,7 @@ def without(params: Iterable[Param], *names: str) -> tuple[Param, ...]:
 
 # -- parsing -----------------------------------------------------------------------------------
 
+
 def parse_params(policy: str, declared: Iterable[Param], given: Mapping[str, object]) -> dict:
     """``given`` checked against ``declared`` and converted to the declared types.  Raises
     :class:`ParamError` naming the policy and the parameter."""
@@ -242,16 +270,19 @@ def parse_params(policy: str, declared: Iterable[Param], given: Mapping[str, obj
     out: dict = {}
     for key, value in given.items():
         if not isinstance(key, str):
-            raise ParamError(f"policy {policy!r}: parameter names must be strings, got "
-                             f"{key!r}")
+            raise ParamError(f"policy {policy!r}: parameter names must be strings, got {key!r}")
         if key == "seed":
-            raise ParamError(f"policy {policy!r}: seed is not a policy parameter (give the "
-                             "run's seed: --seed N, or seed= in the Python API)")
+            raise ParamError(
+                f"policy {policy!r}: seed is not a policy parameter (give the "
+                "run's seed: --seed N, or seed= in the Python API)"
+            )
         p = decl.get(key)
         if p is None:
             known = ", ".join(sorted(decl)) or "none"
-            raise ParamError(f"policy {policy!r}: unknown parameter {key!r} (known: {known}; "
-                             f"see topas list --params {policy})")
+            raise ParamError(
+                f"policy {policy!r}: unknown parameter {key!r} (known: {known}; "
+                f"see topas list --params {policy})"
+            )
         try:
             out[key] = p.parse(value)
         except ValueError as e:
@@ -261,7 +292,12 @@ def parse_params(policy: str, declared: Iterable[Param], given: Mapping[str, obj
 
 # -- declarations several policies share -----------------------------------------------------
 
-RESERVE_RATIO = real("reserve_ratio", 0.5, "KV headroom kept free per admission: this "
-                     "fraction of the request's expected remaining output", hi=4.0)
-N_SAMPLES = integer("n_samples", 64, "Monte Carlo rows of the remaining-time estimate",
-                    lo=1, hi=100_000)
+RESERVE_RATIO = real(
+    "reserve_ratio",
+    0.5,
+    "KV headroom kept free per admission: this fraction of the request's expected remaining output",
+    hi=4.0,
+)
+N_SAMPLES = integer(
+    "n_samples", 64, "Monte Carlo rows of the remaining-time estimate", lo=1, hi=100_000
+)

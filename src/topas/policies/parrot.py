@@ -55,9 +55,12 @@ def parrot_order(snap: Snapshot) -> list[RequestState]:
     return out
 
 
-@register("parrot-fcfs", "Parrot: task-level FCFS (earliest task first), ready requests "
-          "sharing a prefix co-scheduled, LRU prefix eviction",
-          source="Parrot, OSDI'24 (Lin et al.)")
+@register(
+    "parrot-fcfs",
+    "Parrot: task-level FCFS (earliest task first), ready requests "
+    "sharing a prefix co-scheduled, LRU prefix eviction",
+    source="Parrot, OSDI'24 (Lin et al.)",
+)
 class ParrotFCFS(OrderedAdmission):
     """Application-level FCFS with prefix-sharing groups; head-of-line blocking admission."""
 

@@ -61,11 +61,17 @@ class SPF:
         return plan.decision()
 
 
-register("spf", "shortest expected remaining task first (TOPAS's E[LP] estimate), "
-         "LRU prefix eviction", source="TOPAS paper baseline (SPF/SRPT)")(SPF)
+register(
+    "spf",
+    "shortest expected remaining task first (TOPAS's E[LP] estimate), LRU prefix eviction",
+    source="TOPAS paper baseline (SPF/SRPT)",
+)(SPF)
 
 
-@register("srpt", "alias of spf: shortest expected remaining processing (task level)",
-          source="TOPAS paper baseline (SPF/SRPT)")
+@register(
+    "srpt",
+    "alias of spf: shortest expected remaining processing (task level)",
+    source="TOPAS paper baseline (SPF/SRPT)",
+)
 class SRPT(SPF):
     name = "srpt"

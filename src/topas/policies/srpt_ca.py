@@ -44,19 +44,33 @@ def residency_cost_s(snap: Snapshot, agent: str) -> float:
     return snap.cost.prefill_time(p.tokens) if p.tokens > 0 else 0.0
 
 
-@register("srpt-ca", "contention-aware SRPT: SPF's E[LP] order plus the time to make a "
-          "non-resident agent prefix resident (swap-in or recompute); LRU eviction",
-          source="review of TOPAS, section 5 item 3 (our design)")
+@register(
+    "srpt-ca",
+    "contention-aware SRPT: SPF's E[LP] order plus the time to make a "
+    "non-resident agent prefix resident (swap-in or recompute); LRU eviction",
+    source="review of TOPAS, section 5 item 3 (our design)",
+)
 class SRPTContentionAware(SPF):
     """SPF whose order key adds the prefix residency cost ``c_in(a)`` (seconds)."""
 
     name = "srpt-ca"
-    PARAMS = (*SPF.PARAMS,
-              real("switch_weight", 1.0, "weight of the prefix residency cost c_in in the order "
-                   "key (0: SPF's order)", hi=1e6))
+    PARAMS = (
+        *SPF.PARAMS,
+        real(
+            "switch_weight",
+            1.0,
+            "weight of the prefix residency cost c_in in the order key (0: SPF's order)",
+            hi=1e6,
+        ),
+    )
 
-    def __init__(self, seed: int = 0, reserve_ratio: float = 0.5, n_samples: int = 64,
-                 switch_weight: float = 1.0) -> None:
+    def __init__(
+        self,
+        seed: int = 0,
+        reserve_ratio: float = 0.5,
+        n_samples: int = 64,
+        switch_weight: float = 1.0,
+    ) -> None:
         if switch_weight < 0:
             raise ValueError(f"srpt-ca: switch_weight={switch_weight} must be >= 0")
         super().__init__(seed=seed, reserve_ratio=reserve_ratio, n_samples=n_samples)
@@ -67,8 +81,10 @@ class SRPTContentionAware(SPF):
         """``L_i + switch_weight * c_in(a(r))`` (s) per waiting request id, with the snapshot's
         residency (for tests and traces; :meth:`decide` updates it as it admits)."""
         rem = self.remaining_s(snap)
-        return {r.request_id: rem[r.task_id] + self.switch_weight * residency_cost_s(snap, r.agent)
-                for r in snap.waiting}
+        return {
+            r.request_id: rem[r.task_id] + self.switch_weight * residency_cost_s(snap, r.agent)
+            for r in snap.waiting
+        }
 
     def decide(self, snap: Snapshot) -> Decision:
         self.tick(snap)
@@ -90,8 +106,11 @@ class SRPTContentionAware(SPF):
                 if i >= len(q):
                     continue
                 r = q[i]
-                key = (rem[r.task_id] + (0.0 if a in plan.resident else charge[a]),
-                       r.ready_s, r.seq)
+                key = (
+                    rem[r.task_id] + (0.0 if a in plan.resident else charge[a]),
+                    r.ready_s,
+                    r.seq,
+                )
                 if best is None or key < best[0]:
                     best = (key, a, r)
             if best is None:

@@ -15,10 +15,17 @@ from topas.reproduce.report import Reproduction, write_report
 
 # -- the command -------------------------------------------------------------------------------
 
-def reproduce(cfg, out_dir: Path, jobs: int | None = None, progress: bool = True,
-              command: str = "topas reproduce", report_only: bool = False,
-              executor: str = "pool", ray_address: str | None = None
-              ) -> tuple[Reproduction, list[Path]]:
+
+def reproduce(
+    cfg,
+    out_dir: Path,
+    jobs: int | None = None,
+    progress: bool = True,
+    command: str = "topas reproduce",
+    report_only: bool = False,
+    executor: str = "pool",
+    ray_address: str | None = None,
+) -> tuple[Reproduction, list[Path]]:
     """Run (or resume) every experiment of ``cfg`` and write the report into ``out_dir``.
     ``report_only``: rebuild the report from the cached results of the code version of the
     last invocation that computed runs, running nothing.  ``executor``/``ray_address``: where
@@ -40,13 +47,15 @@ def reproduce(cfg, out_dir: Path, jobs: int | None = None, progress: bool = True
         # the code version with the most cached results of this plan
         keys = {j.key("") for j in pl.all_jobs()}
         count: dict[str, int] = {}
-        for f in (cache.glob("*.json") if cache.exists() else []):
+        for f in cache.glob("*.json") if cache.exists() else []:
             stem, _, ver = f.stem.rpartition("__")
             if f"{stem}__" in keys:
                 count[ver] = count.get(ver, 0) + 1
         if not count:
-            raise ValueError(f"--report-only: {cache} holds no cached run that computed "
-                             "results for this configuration")
+            raise ValueError(
+                f"--report-only: {cache} holds no cached run that computed "
+                "results for this configuration"
+            )
         version = max(sorted(count), key=lambda v: count[v])
     else:
         # load the simulator and every policy first, then hash: the workers fork from here
@@ -57,20 +66,42 @@ def reproduce(cfg, out_dir: Path, jobs: int | None = None, progress: bool = True
         version = runner.code_version()
     n_cached = sum(1 for _ in cache.glob("*.json")) if cache.exists() else 0
     # Ray on a cluster without --jobs: as many jobs at once as the cluster has CPUs
-    results = runner.run_jobs(pl.all_jobs(), cache, jobs if executor == "ray" else n_workers,
-                              progress=progress, version=version,
-                              run_missing=not report_only, executor=executor,
-                              ray_address=ray_address)
-    rep = Reproduction(cfg=cfg, plan=pl, results=results, alternation=motivation_alternation(),
-                       toy=motivation_toy(), command=command, wall_s=0.0, jobs=n_workers,
-                       version=version)
+    results = runner.run_jobs(
+        pl.all_jobs(),
+        cache,
+        jobs if executor == "ray" else n_workers,
+        progress=progress,
+        version=version,
+        run_missing=not report_only,
+        executor=executor,
+        ray_address=ray_address,
+    )
+    rep = Reproduction(
+        cfg=cfg,
+        plan=pl,
+        results=results,
+        alternation=motivation_alternation(),
+        toy=motivation_toy(),
+        command=command,
+        wall_s=0.0,
+        jobs=n_workers,
+        version=version,
+    )
     rep.wall_s = time.perf_counter() - t0
     # remember what each invocation cost, so a report regenerated from the cache can still
     # state the wall time of the run that computed it
     ran = max(0, sum(1 for _ in cache.glob("*.json")) - n_cached)
-    log.append({"command": command, "version": rep.version, "workers": n_workers,
-                "runs_computed": ran, "runs_total": len(results), "wall_s": rep.wall_s,
-                "date": time.strftime("%Y-%m-%d %H:%M")})
+    log.append(
+        {
+            "command": command,
+            "version": rep.version,
+            "workers": n_workers,
+            "runs_computed": ran,
+            "runs_total": len(results),
+            "wall_s": rep.wall_s,
+            "date": time.strftime("%Y-%m-%d %H:%M"),
+        }
+    )
     atomic_write_text(log_path, json.dumps(log, indent=1) + "\n")
     # the invocations of this code version (all of them if the log's versions disagree, as
     # when a file changed between the hash and the log entry)
@@ -95,10 +126,8 @@ def _parse_seeds(text: str) -> tuple[int, ...]:
 
 def cmd_reproduce(args) -> int:
 
-    seeds = _parse_seeds(args.seeds) if args.seeds else (QUICK_SEEDS if args.quick
-                                                         else FULL_SEEDS)
-    out = Path(args.out) if args.out else Path("build/reproduce-quick" if args.quick
-                                               else "docs")
+    seeds = _parse_seeds(args.seeds) if args.seeds else (QUICK_SEEDS if args.quick else FULL_SEEDS)
+    out = Path(args.out) if args.out else Path("build/reproduce-quick" if args.quick else "docs")
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs {args.jobs}: must be >= 1")
     kw = {}
@@ -121,24 +150,35 @@ def cmd_reproduce(args) -> int:
     if args.workloads:
         parts.append(f"--workloads {args.workloads}")
     try:
-        rep, files = reproduce(cfg, out, args.jobs,
-                               progress=sys.stderr.isatty() or args.progress,
-                               command=" ".join(parts), report_only=args.report_only,
-                               executor=args.executor, ray_address=args.ray_address)
+        rep, files = reproduce(
+            cfg,
+            out,
+            args.jobs,
+            progress=sys.stderr.isatty() or args.progress,
+            command=" ".join(parts),
+            report_only=args.report_only,
+            executor=args.executor,
+            ray_address=args.ray_address,
+        )
     except KeyboardInterrupt:
         return report_interrupted("topas reproduce", out / "cache")
-    print(f"{len(rep.results)} runs, {rep.wall_s / 60:.1f} min; report: {files[0]} and "
-          f"{files[1]} ({len(files) - 2} figures)")
-    return report_failures("topas reproduce", rep.results, len(rep.results),
-                           f"listed in {files[0]}")
+    print(
+        f"{len(rep.results)} runs, {rep.wall_s / 60:.1f} min; report: {files[0]} and "
+        f"{files[1]} ({len(files) - 2} figures)"
+    )
+    return report_failures(
+        "topas reproduce", rep.results, len(rep.results), f"listed in {files[0]}"
+    )
 
 
 def report_interrupted(command: str, cache: Path) -> int:
     """The stderr line after Ctrl-C (how many complete results ``cache`` keeps) and the exit
     status 130."""
     n = sum(1 for _ in cache.glob("*.json")) if cache.is_dir() else 0
-    print(f"{command}: interrupted; {n} complete results kept in {cache}, the same command "
-          "resumes", file=sys.stderr)
+    print(
+        f"{command}: interrupted; {n} complete results kept in {cache}, the same command resumes",
+        file=sys.stderr,
+    )
     return 130
 
 
@@ -150,40 +190,68 @@ def report_failures(command: str, results: dict, total: int, where: str) -> int:
     if not failed:
         return 0
     again = sum(1 for r in failed if r.get("transient"))
-    print(f"{command}: {len(failed)} of {total} runs failed ({where}"
-          + (f"; {again} for lack of memory/disk/stack, not cached: rerun to retry"
-             if again else "") + ")", file=sys.stderr)
+    print(
+        f"{command}: {len(failed)} of {total} runs failed ({where}"
+        + (f"; {again} for lack of memory/disk/stack, not cached: rerun to retry" if again else "")
+        + ")",
+        file=sys.stderr,
+    )
     return 1
 
 
 def add_arguments(subparsers) -> None:
     """Register ``topas reproduce`` and ``topas sweep`` (called by topas.cli)."""
     p = subparsers.add_parser(
-        "reproduce", help="run the paper's evaluation on the simulator and write a report",
+        "reproduce",
+        help="run the paper's evaluation on the simulator and write a report",
         description="Run every experiment of the TOPAS evaluation (main table, load sweep, "
         "ablation, overhead, motivating toys) on a process pool or Ray, cache each run under "
         "OUT/cache, and write OUT/results.md, OUT/results.html and OUT/img/*.png.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--quick", action="store_true",
-                   help="one seed, few tasks and rates: a smoke test (<= 5 min on 2 cores)")
-    p.add_argument("--out", default=None,
-                   help="report folder (default: docs, or build/reproduce-quick with --quick)")
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="one seed, few tasks and rates: a smoke test (<= 5 min on 2 cores)",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        help="report folder (default: docs, or build/reproduce-quick with --quick)",
+    )
     from topas.cli_args import int_arg
 
-    p.add_argument("--jobs", type=int_arg(1, 1024), default=None,
-                   help="worker processes (default: os.cpu_count())")
-    p.add_argument("--seeds", default=None,
-                   help="comma-separated seeds (default 3,4,5,6,7; --quick: 3); never 1 or 2")
-    p.add_argument("--tasks", type=int_arg(1, 1_000_000), default=None,
-                   help="override every task count")
-    p.add_argument("--workloads", default=None,
-                   help="comma-separated subset of chain3,dag4,dag10wide,metagpt-sop,"
-                        "metagpt-tl (default: all)")
-    p.add_argument("--report-only", action="store_true",
-                   help="rebuild the report from OUT/cache (the code version of the last run "
-                        "that computed results); simulate nothing")
-    p.add_argument("--progress", action="store_true",
-                   help="show the progress bar even when stderr is not a terminal")
+    p.add_argument(
+        "--jobs",
+        type=int_arg(1, 1024),
+        default=None,
+        help="worker processes (default: os.cpu_count())",
+    )
+    p.add_argument(
+        "--seeds",
+        default=None,
+        help="comma-separated seeds (default 3,4,5,6,7; --quick: 3); never 1 or 2",
+    )
+    p.add_argument(
+        "--tasks", type=int_arg(1, 1_000_000), default=None, help="override every task count"
+    )
+    p.add_argument(
+        "--workloads",
+        default=None,
+        help="comma-separated subset of chain3,dag4,dag10wide,metagpt-sop,"
+        "metagpt-tl (default: all)",
+    )
+    p.add_argument(
+        "--report-only",
+        action="store_true",
+        help="rebuild the report from OUT/cache (the code version of the last run "
+        "that computed results); simulate nothing",
+    )
+    p.add_argument(
+        "--progress",
+        action="store_true",
+        help="show the progress bar even when stderr is not a terminal",
+    )
     add_executor_arguments(p)
     p.set_defaults(fn=cmd_reproduce)
     from topas.reproduce import sweep
@@ -195,13 +263,21 @@ def add_executor_arguments(p) -> None:
     """``--executor`` and ``--ray-address`` (reproduce and sweep)."""
     from topas.reproduce.executors import EXECUTORS
 
-    p.add_argument("--executor", choices=EXECUTORS, default="pool",
-                   help="where the runs go: a local process pool (--jobs processes), or Ray "
-                        "(the optional ray extra): a local Ray with --jobs CPUs, or the "
-                        "cluster at --ray-address; the cache is the same")
-    p.add_argument("--ray-address", default=None, metavar="ADDR",
-                   help="with --executor ray: an existing cluster (e.g. ray://head:10001 or "
-                        "auto; default: $RAY_ADDRESS, else start a local Ray)")
+    p.add_argument(
+        "--executor",
+        choices=EXECUTORS,
+        default="pool",
+        help="where the runs go: a local process pool (--jobs processes), or Ray "
+        "(the optional ray extra): a local Ray with --jobs CPUs, or the "
+        "cluster at --ray-address; the cache is the same",
+    )
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDR",
+        help="with --executor ray: an existing cluster (e.g. ray://head:10001 or "
+        "auto; default: $RAY_ADDRESS, else start a local Ray)",
+    )
 
 
 def check_executor(args) -> None:

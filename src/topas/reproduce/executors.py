@@ -158,8 +158,9 @@ class PoolExecutor(Executor):
             self._pool.shutdown(wait=True)
 
 
-def make_executor(name: str | Executor = "pool", workers: int | None = None,
-                  address: str | None = None) -> Executor:
+def make_executor(
+    name: str | Executor = "pool", workers: int | None = None, address: str | None = None
+) -> Executor:
     """The executor called ``name`` (``pool`` or ``ray``); ``workers``: the pool's processes
     (default: the CPUs) or local Ray's CPUs; ``address``: a Ray cluster.  Fails at once (a
     ValueError naming ``--executor``) when Ray is asked for but not installed."""

@@ -9,8 +9,16 @@ import numpy as np
 
 # -- the two motivating measurements ---------------------------------------------------------
 
-def _sim(tasks, agents, policy: str, *, seed: int = 0, kv_budget_tokens: int | None = None,
-         admissions: list | None = None):
+
+def _sim(
+    tasks,
+    agents,
+    policy: str,
+    *,
+    seed: int = 0,
+    kv_budget_tokens: int | None = None,
+    admissions: list | None = None,
+):
     from topas.engine.cost import DEFAULT_PROFILE, get_profile
     from topas.engine.simulator import Simulator
     from topas.policies import make_policy
@@ -19,16 +27,25 @@ def _sim(tasks, agents, policy: str, *, seed: int = 0, kv_budget_tokens: int | N
         if admissions is not None:
             admissions.extend((rid, snap.time_s) for rid in dec.admit)
 
-    sim = Simulator(tasks, {a.name: a for a in agents}, get_profile(DEFAULT_PROFILE),
-                    make_policy(policy, seed=seed), seed=seed,
-                    kv_budget_tokens=kv_budget_tokens, record_timeline=True,
-                    on_decision=note if admissions is not None else None)
+    sim = Simulator(
+        tasks,
+        {a.name: a for a in agents},
+        get_profile(DEFAULT_PROFILE),
+        make_policy(policy, seed=seed),
+        seed=seed,
+        kv_budget_tokens=kv_budget_tokens,
+        record_timeline=True,
+        on_decision=note if admissions is not None else None,
+    )
     return sim.run()
 
 
-def motivation_alternation(prefix_tokens: Sequence[int] = (4000, 8000, 12000),
-                           n_requests: int = 40, prompt_tokens: int = 512,
-                           output_tokens: int = 512) -> list[dict]:
+def motivation_alternation(
+    prefix_tokens: Sequence[int] = (4000, 8000, 12000),
+    n_requests: int = 40,
+    prompt_tokens: int = 512,
+    output_tokens: int = 512,
+) -> list[dict]:
     """Two agents, ``n_requests`` one-call tasks at once, served FCFS in an order fixed by
     arrival: alternating A, B, A, B, ... or grouped (all A, then all B).  Alternation keeps
     both prefixes resident, which crowds out dynamic KV: smaller batches, longer makespan.
@@ -39,19 +56,32 @@ def motivation_alternation(prefix_tokens: Sequence[int] = (4000, 8000, 12000),
     rows = []
     for l_a in prefix_tokens:
         agents = (Agent("A", l_a), Agent("B", l_a))
-        row: dict = {"prefix_tokens": l_a, "n_requests": n_requests,
-                     "prompt_tokens": prompt_tokens, "output_tokens": output_tokens}
+        row: dict = {
+            "prefix_tokens": l_a,
+            "n_requests": n_requests,
+            "prompt_tokens": prompt_tokens,
+            "output_tokens": output_tokens,
+        }
         for order in ("alternating", "grouped"):
-            names = (["A", "B"] * n_requests)[:n_requests] if order == "alternating" else \
-                ["A"] * (n_requests // 2) + ["B"] * (n_requests - n_requests // 2)
+            names = (
+                (["A", "B"] * n_requests)[:n_requests]
+                if order == "alternating"
+                else ["A"] * (n_requests // 2) + ["B"] * (n_requests - n_requests // 2)
+            )
             # 1 ms apart: the order is the arrival order, the load is "all at once"
-            tasks = [Task(i, i * 1e-3, (Stage("s", a, (Call(prompt_tokens, output_tokens),)),))
-                     for i, a in enumerate(names)]
+            tasks = [
+                Task(i, i * 1e-3, (Stage("s", a, (Call(prompt_tokens, output_tokens),)),))
+                for i, a in enumerate(names)
+            ]
             s = summarize(_sim(tasks, agents, "fcfs"))
-            row[order] = {"mean_batch_size": s["mean_batch_size"],
-                          "makespan_s": s["makespan_s"], "mean_jct_s": s["mean_jct_s"]}
-        row["batch_ratio"] = row["alternating"]["mean_batch_size"] / \
-            row["grouped"]["mean_batch_size"]
+            row[order] = {
+                "mean_batch_size": s["mean_batch_size"],
+                "makespan_s": s["makespan_s"],
+                "mean_jct_s": s["mean_jct_s"],
+            }
+        row["batch_ratio"] = (
+            row["alternating"]["mean_batch_size"] / row["grouped"]["mean_batch_size"]
+        )
         row["makespan_ratio"] = row["alternating"]["makespan_s"] / row["grouped"]["makespan_s"]
         rows.append(row)
     return rows
@@ -69,8 +99,15 @@ def toy_tasks():
 
     agents = (Agent("A", 8000), Agent("B", 8000))
     call = (Call(1024, 256),)
-    t0 = Task(0, 0.0, (Stage("a1", "A", call), Stage("a2", "A", call, deps=("a1",)),
-                       Stage("a3", "A", call, deps=("a2",))))
+    t0 = Task(
+        0,
+        0.0,
+        (
+            Stage("a1", "A", call),
+            Stage("a2", "A", call, deps=("a1",)),
+            Stage("a3", "A", call, deps=("a2",)),
+        ),
+    )
     t1 = Task(1, 0.0, (Stage("b1", "B", call),))
     return agents, [t0, t1]
 
@@ -122,6 +159,15 @@ def gantt(timeline: list[tuple], admissions: list[tuple[int, float]], end_s: flo
         st = sorted(starts.get(rid, [info["first"]]))
         sp = sorted(stops.get(rid, []))
         for s, (e, fin) in zip(st, sp):
-            bars.append({"request": rid, "task": info["task"], "stage": info["stage"],
-                         "agent": info["agent"], "start_s": s, "end_s": e, "finished": fin})
+            bars.append(
+                {
+                    "request": rid,
+                    "task": info["task"],
+                    "stage": info["stage"],
+                    "agent": info["agent"],
+                    "start_s": s,
+                    "end_s": e,
+                    "finished": fin,
+                }
+            )
     return {"prefixes": prefixes, "requests": bars}

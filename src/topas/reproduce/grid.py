@@ -11,10 +11,21 @@ from pathlib import Path
 from topas.reproduce.plan import Job, rate_of
 
 #: the keys a grid file may have
-KEYS = ("workloads", "policies", "baseline", "seeds", "rates", "rate_multipliers", "n_tasks",
-        "params", "context_cache")
+KEYS = (
+    "workloads",
+    "policies",
+    "baseline",
+    "seeds",
+    "rates",
+    "rate_multipliers",
+    "n_tasks",
+    "params",
+    "context_cache",
+)
 #: bounds on a grid (what fits a cluster, not what is sensible)
 MAX_RUNS, MAX_TASKS = 1_000_000, 1_000_000
+
+
 @dataclass(frozen=True)
 class Grid:
     workloads: tuple[str, ...]
@@ -31,9 +42,14 @@ class Grid:
 
     def jobs(self) -> list[Job]:
         """Every run, in a fixed order (workload, rate, cache, policy, seed)."""
-        return [Job(w, p, r, s, self.n_tasks[w], cc, self.params.get(p, ()))
-                for w in self.workloads for r in self.rates[w] for cc in self.context_cache
-                for p in self.policies for s in self.seeds]
+        return [
+            Job(w, p, r, s, self.n_tasks[w], cc, self.params.get(p, ()))
+            for w in self.workloads
+            for r in self.rates[w]
+            for cc in self.context_cache
+            for p in self.policies
+            for s in self.seeds
+        ]
 
 
 def load_grid(path: str | Path) -> Grid:
@@ -56,8 +72,7 @@ def load_grid(path: str | Path) -> Grid:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ValueError(f"{p}: not valid YAML ({getattr(e, 'problem', None) or e}{at})"
-                         ) from None
+        raise ValueError(f"{p}: not valid YAML ({getattr(e, 'problem', None) or e}{at})") from None
     try:
         return parse_grid(doc)
     except ValueError as e:
@@ -114,8 +129,7 @@ def _numbers(key: str, v) -> tuple[float, ...]:
     if not items:
         raise ValueError(f"{key}: give at least one value")
     for x in items:
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) \
-                or x <= 0:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
             raise ValueError(f"{key} {x!r}: must be a finite number > 0")
     if len(set(items)) != len(items):
         raise ValueError(f"{key}: a value is given twice")
@@ -180,8 +194,9 @@ def parse_grid(doc) -> Grid:
     cc = doc.get("context_cache", True)
     cc = cc if isinstance(cc, list) else [cc]
     if not cc or not all(isinstance(x, bool) for x in cc) or len(set(cc)) != len(cc):
-        raise ValueError(f"context_cache {doc.get('context_cache')!r}: true, false or a list "
-                         "of both")
+        raise ValueError(
+            f"context_cache {doc.get('context_cache')!r}: true, false or a list of both"
+        )
     base = doc.get("baseline")
     if base is not None:
         if base not in policies:

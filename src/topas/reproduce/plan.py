@@ -8,9 +8,19 @@ from dataclasses import dataclass, field
 
 #: the policies of the main table and the load sweep: the baselines, then the paper's TOPAS
 #: (the reproduction) and our flagship TOPAS (the target)
-MAIN_POLICIES: tuple[str, ...] = ("fcfs", "spf", "lpm", "dfs-weight", "parrot-fcfs",
-                                  "autellix-las", "kvflow", "continuum", "srpt-ca",
-                                  "topas-paper", "topas")
+MAIN_POLICIES: tuple[str, ...] = (
+    "fcfs",
+    "spf",
+    "lpm",
+    "dfs-weight",
+    "parrot-fcfs",
+    "autellix-las",
+    "kvflow",
+    "continuum",
+    "srpt-ca",
+    "topas-paper",
+    "topas",
+)
 TARGET_POLICY = "topas"
 PAPER_POLICY = "topas-paper"
 #: our policies: never counted as a baseline
@@ -18,8 +28,15 @@ OURS: tuple[str, ...] = (PAPER_POLICY, TARGET_POLICY)
 BASELINES: tuple[str, ...] = tuple(p for p in MAIN_POLICIES if p not in OURS)
 #: the ablation variants of the paper's TOPAS (TOPAS-base and single-component variants),
 #: topas-hold, the oracle, and the flagship
-ABLATION_POLICIES: tuple[str, ...] = ("topas-paper", "topas-base", "topas-noreuse",
-                                      "topas-noaging", "topas-hold", "topas-oracle", "topas")
+ABLATION_POLICIES: tuple[str, ...] = (
+    "topas-paper",
+    "topas-base",
+    "topas-noreuse",
+    "topas-noaging",
+    "topas-hold",
+    "topas-oracle",
+    "topas",
+)
 #: seeds never used for tuning (TOPAS was tuned on 1 and 2)
 FULL_SEEDS: tuple[int, ...] = (3, 4, 5, 6, 7)
 QUICK_SEEDS: tuple[int, ...] = (3,)
@@ -28,9 +45,16 @@ PAIRED_SEEDS: tuple[int, ...] = tuple(range(3, 13))
 QUICK_PAIRED_SEEDS: tuple[int, ...] = (3, 4)
 #: the built-in agent topologies beyond the paper's five (the two ``-hard`` ones with a
 #: per-task hardness factor: work correlated across a task's stages), and their task counts
-OTHER_WORKLOADS: tuple[str, ...] = ("react", "mapreduce", "debate", "plan-execute",
-                                    "supervisor", "groupchat", "mapreduce-hard",
-                                    "plan-execute-hard")
+OTHER_WORKLOADS: tuple[str, ...] = (
+    "react",
+    "mapreduce",
+    "debate",
+    "plan-execute",
+    "supervisor",
+    "groupchat",
+    "mapreduce-hard",
+    "plan-execute-hard",
+)
 OTHER_TASKS_FULL, OTHER_TASKS_QUICK, OTHER_BUSY = 80, 24, 1.25
 #: the rates the paper states (task/s): the TL ablation and the SOP overhead measurement
 PAPER_ABLATION = ("metagpt-tl", 0.0175)
@@ -66,8 +90,10 @@ def workload_plan(name: str) -> WorkloadPlan:
     for p in WORKLOAD_PLANS:
         if p.name == name:
             return p
-    raise ValueError(f"workload {name!r}: not part of the reproduction "
-                     f"({', '.join(p.name for p in WORKLOAD_PLANS)})")
+    raise ValueError(
+        f"workload {name!r}: not part of the reproduction "
+        f"({', '.join(p.name for p in WORKLOAD_PLANS)})"
+    )
 
 
 def default_rate(workload: str) -> float:
@@ -101,13 +127,17 @@ class Job:
         extra = "" if self.context_cache else "__nocc"
         if self.params:
             extra += "__p" + hashlib.sha256(repr(self.params).encode()).hexdigest()[:10]
-        return (f"{safe}__{self.policy}__r{self.rate:g}__s{self.seed}__n{self.n_tasks}"
-                f"{extra}__{version}")
+        return (
+            f"{safe}__{self.policy}__r{self.rate:g}__s{self.seed}__n{self.n_tasks}"
+            f"{extra}__{version}"
+        )
 
     def command(self) -> str:
         """The single-run CLI command that makes the same numbers."""
-        cmd = (f"topas run --workload {self.workload} --policy {self.policy} "
-               f"--rate {self.rate:g} --tasks {self.n_tasks} --seed {self.seed}")
+        cmd = (
+            f"topas run --workload {self.workload} --policy {self.policy} "
+            f"--rate {self.rate:g} --tasks {self.n_tasks} --seed {self.seed}"
+        )
         if not self.context_cache:
             cmd += " --no-context-cache"
         for k, v in self.params:
@@ -182,8 +212,7 @@ class Plan:
 
     def all_jobs(self) -> list[Job]:
         seen: dict[Job, None] = {}
-        for j in (*self.sweep, *self.ablation, *self.paper_rate, *self.paired,
-                  *self.departures):
+        for j in (*self.sweep, *self.ablation, *self.paper_rate, *self.paired, *self.departures):
             seen.setdefault(j, None)
         return list(seen)
 
@@ -205,8 +234,9 @@ def plan(cfg: Config) -> Plan:
     if tl in cfg.workloads:
         n = cfg.n_tasks(workload_plan(tl))
         abl_rates = sorted({busy[tl], tl_rate} if cfg.paper_rates else {busy[tl]})
-        ablation = [Job(tl, p, r, s, n) for r in abl_rates for p in cfg.ablation_policies
-                    for s in cfg.seeds]
+        ablation = [
+            Job(tl, p, r, s, n) for r in abl_rates for p in cfg.ablation_policies for s in cfg.seeds
+        ]
     if cfg.paper_rates:
         for w, r in (PAPER_ABLATION, PAPER_OVERHEAD):
             if w in cfg.workloads:
@@ -226,7 +256,17 @@ def plan(cfg: Config) -> Plan:
                 r = rate_of(w, OTHER_BUSY)
             for cc in (False, True):
                 paired += [Job(w, p, r, s, n, cc) for p in cfg.policies for s in pseeds]
-            departures += [Job(w, TARGET_POLICY, r, s, n, True, (("off", d),))
-                           for d in DEPARTURES for s in pseeds[:5]]
-    return Plan(tuple(sweep), tuple(ablation), tuple(paper), busy, tuple(abl_rates),
-                tuple(paired), tuple(departures))
+            departures += [
+                Job(w, TARGET_POLICY, r, s, n, True, (("off", d),))
+                for d in DEPARTURES
+                for s in pseeds[:5]
+            ]
+    return Plan(
+        tuple(sweep),
+        tuple(ablation),
+        tuple(paper),
+        busy,
+        tuple(abl_rates),
+        tuple(paired),
+        tuple(departures),
+    )

@@ -28,9 +28,11 @@ def _ray_compute(job: Job, version: str) -> dict:
     if _worker_version != version:
         import socket
 
-        raise ValueError(f"--executor ray: a worker on {socket.gethostname()} runs topas code "
-                         f"version {_worker_version}, this process {version}; install the "
-                         "same checkout on every node")
+        raise ValueError(
+            f"--executor ray: a worker on {socket.gethostname()} runs topas code "
+            f"version {_worker_version}, this process {version}; install the "
+            "same checkout on every node"
+        )
     return compute(job)
 
 
@@ -66,15 +68,15 @@ class RayExecutor(Executor):
         from topas.reproduce import runner
 
         if not ray.is_initialized():
-            kw = dict(include_dashboard=False, log_to_driver=False,
-                      logging_level=logging.WARNING)
+            kw = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
             if self.address:
                 ray.init(address=self.address, **kw)
             else:
                 # results are small: a small object store starts faster and fits any machine
                 # "local": a new Ray, even when `ray start` left one running on this machine
-                ray.init(address="local", num_cpus=self.workers,
-                         object_store_memory=100 << 20, **kw)
+                ray.init(
+                    address="local", num_cpus=self.workers, object_store_memory=100 << 20, **kw
+                )
             self._started = True
         if self.workers is None:  # a cluster: as many jobs at once as it has CPUs
             self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
@@ -111,9 +113,16 @@ class RayExecutor(Executor):
                 # the worker or its node died (out of memory, lost), after Ray's retries: the
                 # machine's failure, reported and not cached, like run_job's MemoryError
                 msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-                out = {"workload": job.workload, "policy": job.policy, "rate": job.rate,
-                       "seed": job.seed, "error": f"{type(e).__name__}: {msg}",
-                       "job_wall_s": 0.0, "transient": True, "job": asdict(job)}
+                out = {
+                    "workload": job.workload,
+                    "policy": job.policy,
+                    "rate": job.rate,
+                    "seed": job.seed,
+                    "error": f"{type(e).__name__}: {msg}",
+                    "job_wall_s": 0.0,
+                    "transient": True,
+                    "job": asdict(job),
+                }
             store_result(out, path)
             done.append((job, out))
         return done

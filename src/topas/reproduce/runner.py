@@ -17,8 +17,7 @@ from topas.reproduce.plan import Job, default_rate
 # -- code version --------------------------------------------------------------------------
 
 #: sources that cannot change a simulation result (the report side, the CLI, integrations)
-_NOT_SIM = ("reproduce/", "cli.py",
-            "metrics/plots.py", "metrics/paired.py", "integrations/")
+_NOT_SIM = ("reproduce/", "cli.py", "metrics/plots.py", "metrics/paired.py", "integrations/")
 
 
 def code_version() -> str:
@@ -38,6 +37,7 @@ def code_version() -> str:
 
 # -- one run ---------------------------------------------------------------------------------
 
+
 def run_job(job: Job) -> dict:
     """Simulate ``job``; the summary plus per-task JCTs and the decision-time totals."""
     from topas.api import simulate
@@ -45,14 +45,25 @@ def run_job(job: Job) -> dict:
 
     t0 = time.perf_counter()
     try:
-        res = simulate(job.workload, job.policy, rate=job.rate, n_tasks=job.n_tasks,
-                       seed=job.seed, policy_params=dict(job.params),
-                       context_cache=job.context_cache)
+        res = simulate(
+            job.workload,
+            job.policy,
+            rate=job.rate,
+            n_tasks=job.n_tasks,
+            seed=job.seed,
+            policy_params=dict(job.params),
+            context_cache=job.context_cache,
+        )
     except Exception as e:  # noqa: BLE001 -- a failed run is a result the report must show
         msg = str(e).splitlines()[0] if str(e) else ""
-        out = {"workload": job.workload, "policy": job.policy, "rate": job.rate,
-               "seed": job.seed, "error": f"{type(e).__name__}: {msg}",
-               "job_wall_s": time.perf_counter() - t0}
+        out = {
+            "workload": job.workload,
+            "policy": job.policy,
+            "rate": job.rate,
+            "seed": job.seed,
+            "error": f"{type(e).__name__}: {msg}",
+            "job_wall_s": time.perf_counter() - t0,
+        }
         if isinstance(e, TRANSIENT_ERRORS):
             # the machine, not the code: reported, never cached, so a rerun retries it
             out["transient"] = True
@@ -62,18 +73,20 @@ def run_job(job: Job) -> dict:
     first = min((t.arrival_s for t in res.tasks), default=0.0)
     sim_span_s = max(res.makespan_s - first, 1e-12)
     decision_total_s = float(sum(res.decision_s))
-    s.update({
-        "workload": job.workload,
-        "rate": job.rate,
-        # the paper's overhead is scheduler time over serving (wall) time; on the simulator the
-        # serving time is the simulated span, so this is the comparable share
-        "decision_total_s": decision_total_s,
-        "decision_share_of_sim": decision_total_s / sim_span_s,
-        "sim_span_s": sim_span_s,
-        "jct_s": [t.jct_s for t in sorted(res.tasks, key=lambda t: t.task_id)],
-        "lower_bound_s": [t.lower_bound_s for t in sorted(res.tasks, key=lambda t: t.task_id)],
-        "job_wall_s": time.perf_counter() - t0,
-    })
+    s.update(
+        {
+            "workload": job.workload,
+            "rate": job.rate,
+            # the paper's overhead is scheduler time over serving (wall) time; on the simulator the
+            # serving time is the simulated span, so this is the comparable share
+            "decision_total_s": decision_total_s,
+            "decision_share_of_sim": decision_total_s / sim_span_s,
+            "sim_span_s": sim_span_s,
+            "jct_s": [t.jct_s for t in sorted(res.tasks, key=lambda t: t.task_id)],
+            "lower_bound_s": [t.lower_bound_s for t in sorted(res.tasks, key=lambda t: t.task_id)],
+            "job_wall_s": time.perf_counter() - t0,
+        }
+    )
     return s
 
 
@@ -106,12 +119,18 @@ def _job_cost(j: Job) -> float:
     return _COST.get(j.workload, 1.0) * pol * j.n_tasks * j.rate / default_rate(j.workload)
 
 
-def run_jobs(jobs: Sequence[Job], cache_dir: Path, n_workers: int | None = None,
-             progress: bool = True,
-             on_done: Callable[[Job, dict], None] | None = None,
-             version: str | None = None, run_missing: bool = True,
-             executor: str | Executor = "pool", ray_address: str | None = None,
-             label: str = "reproduce") -> dict[Job, dict]:
+def run_jobs(
+    jobs: Sequence[Job],
+    cache_dir: Path,
+    n_workers: int | None = None,
+    progress: bool = True,
+    on_done: Callable[[Job, dict], None] | None = None,
+    version: str | None = None,
+    run_missing: bool = True,
+    executor: str | Executor = "pool",
+    ray_address: str | None = None,
+    label: str = "reproduce",
+) -> dict[Job, dict]:
     """Run every job not in ``cache_dir`` and return all results.  Results are written as
     they finish, so an interrupted run resumes.
 
@@ -143,8 +162,10 @@ def run_jobs(jobs: Sequence[Job], cache_dir: Path, n_workers: int | None = None,
         else:
             todo.append(j)
     if report_only and todo:
-        raise ValueError(f"cache {cache_dir}: {len(todo)} of {len(jobs)} results of code "
-                         f"version {version} are missing (first: {todo[0].key(version)})")
+        raise ValueError(
+            f"cache {cache_dir}: {len(todo)} of {len(jobs)} results of code "
+            f"version {version} are missing (first: {todo[0].key(version)})"
+        )
     todo.sort(key=_job_cost, reverse=True)
     if isinstance(ex, PoolExecutor) and (ex.workers == 1 or len(todo) <= 1):
         ex = InlineExecutor()  # no pool for one worker or one job
@@ -200,9 +221,16 @@ class _progress_bar:
             TimeRemainingColumn,
         )
 
-        self._prog = Progress(TextColumn(f"[bold]{self.label}"), BarColumn(), MofNCompleteColumn(),
-                              TextColumn("runs"), TimeElapsedColumn(), TimeRemainingColumn(),
-                              TextColumn("{task.description}"), console=Console(stderr=True))
+        self._prog = Progress(
+            TextColumn(f"[bold]{self.label}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("runs"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.description}"),
+            console=Console(stderr=True),
+        )
         self._prog.__enter__()
         tid = self._prog.add_task("", total=self.total, completed=self.done)
 

@@ -13,6 +13,7 @@ from topas.reproduce.plan import OURS, TARGET_POLICY, Job
 
 # -- aggregation -----------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Stat:
     """Mean over seeds with the sample standard deviation as the spread (0 for one seed)."""
@@ -30,8 +31,9 @@ class Stat:
         return Stat(float(a.mean()), sd, int(a.size))
 
 
-def aggregate(results: dict[Job, dict], jobs: Iterable[Job], metric: str
-              ) -> dict[tuple[str, float, str], Stat]:
+def aggregate(
+    results: dict[Job, dict], jobs: Iterable[Job], metric: str
+) -> dict[tuple[str, float, str], Stat]:
     """``(workload, rate, policy) -> Stat`` of ``metric`` over the seeds in ``jobs``."""
     groups: dict[tuple[str, float, str], list[float]] = {}
     for j in jobs:
@@ -41,8 +43,9 @@ def aggregate(results: dict[Job, dict], jobs: Iterable[Job], metric: str
     return {k: Stat.of(v) for k, v in groups.items()}
 
 
-def change_vs_best(values: dict[str, float], target: str = TARGET_POLICY,
-                   higher_is_better: bool = False) -> tuple[str, float, float]:
+def change_vs_best(
+    values: dict[str, float], target: str = TARGET_POLICY, higher_is_better: bool = False
+) -> tuple[str, float, float]:
     """TOPAS against the best baseline on one metric, each metric on its own.
 
     ``values`` maps policy -> value (the mean over seeds).  Returns ``(best baseline, its
@@ -50,8 +53,7 @@ def change_vs_best(values: dict[str, float], target: str = TARGET_POLICY,
     better for JCTs, positive is better for throughput (``higher_is_better``)."""
     if target not in values:
         raise ValueError(f"values: no entry for the target policy {target!r}")
-    base = {p: v for p, v in values.items()
-            if p != target and p not in OURS and not math.isnan(v)}
+    base = {p: v for p, v in values.items() if p != target and p not in OURS and not math.isnan(v)}
     if not base:
         raise ValueError("values: no baseline to compare against")
     pick = max if higher_is_better else min

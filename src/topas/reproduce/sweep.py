@@ -37,8 +37,8 @@ from topas.reproduce.plan import Job
 METRICS = ("mean_jct_s", "p99_jct_s", "jct_over_lower_bound", "throughput_tasks_per_s")
 
 
-
 # -- results -----------------------------------------------------------------------------------
+
 
 def _num(v):
     """JSON-safe: NaN becomes null."""
@@ -58,26 +58,41 @@ def summarize(grid: Grid, results: dict) -> dict:
                 for p in grid.policies:
                     per[p] = {}
                     for s in grid.seeds:
-                        out = results.get(Job(w, p, r, s, grid.n_tasks[w], cc,
-                                              grid.params.get(p, ())))
+                        out = results.get(
+                            Job(w, p, r, s, grid.n_tasks[w], cc, grid.params.get(p, ()))
+                        )
                         if out is not None and "error" not in out:
                             per[p][s] = float(out["mean_jct_s"])
                     v = np.asarray(list(per[p].values()), dtype=float)
-                    cells.append({"workload": w, "rate": r, "context_cache": cc, "policy": p,
-                                  "n": int(v.size),
-                                  "mean_jct_s": _num(float(v.mean())) if v.size else None,
-                                  "sd_jct_s": float(v.std(ddof=1)) if v.size > 1 else None})
+                    cells.append(
+                        {
+                            "workload": w,
+                            "rate": r,
+                            "context_cache": cc,
+                            "policy": p,
+                            "n": int(v.size),
+                            "mean_jct_s": _num(float(v.mean())) if v.size else None,
+                            "sd_jct_s": float(v.std(ddof=1)) if v.size > 1 else None,
+                        }
+                    )
                 b = grid.baseline
                 for p in grid.policies if b else ():
                     if p == b:
                         continue
                     common = [s for s in grid.seeds if s in per[p] and s in per[b]]
-                    row = {"workload": w, "rate": r, "context_cache": cc, "policy": p,
-                           "baseline": b, "n": len(common)}
+                    row = {
+                        "workload": w,
+                        "rate": r,
+                        "context_cache": cc,
+                        "policy": p,
+                        "baseline": b,
+                        "n": len(common),
+                    }
                     if len(common) >= 2:
                         d = paired([per[p][s] for s in common], [per[b][s] for s in common])
-                        row.update(mean_pct=d.mean_pct, lo_pct=d.lo_pct, hi_pct=d.hi_pct,
-                                   wins=d.wins)
+                        row.update(
+                            mean_pct=d.mean_pct, lo_pct=d.lo_pct, hi_pct=d.hi_pct, wins=d.wins
+                        )
                     pairs.append(row)
     return {"cells": cells, "paired": pairs}
 
@@ -85,23 +100,48 @@ def summarize(grid: Grid, results: dict) -> dict:
 def csv_text(grid: Grid, results: dict) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["workload", "rate", "context_cache", "policy", "params", "seed", "n_tasks",
-                *METRICS, "error"])
+    w.writerow(
+        [
+            "workload",
+            "rate",
+            "context_cache",
+            "policy",
+            "params",
+            "seed",
+            "n_tasks",
+            *METRICS,
+            "error",
+        ]
+    )
     for j in grid.jobs():
         out = results.get(j, {"error": "missing"})
-        w.writerow([j.workload, repr(j.rate), j.context_cache, j.policy,
-                    json.dumps(dict(j.params), sort_keys=True) if j.params else "", j.seed,
-                    j.n_tasks, *[repr(out[m]) if m in out else "" for m in METRICS],
-                    out.get("error", "")])
+        w.writerow(
+            [
+                j.workload,
+                repr(j.rate),
+                j.context_cache,
+                j.policy,
+                json.dumps(dict(j.params), sort_keys=True) if j.params else "",
+                j.seed,
+                j.n_tasks,
+                *[repr(out[m]) if m in out else "" for m in METRICS],
+                out.get("error", ""),
+            ]
+        )
     return buf.getvalue()
 
 
 def grid_doc(grid: Grid) -> dict:
-    return {"workloads": list(grid.workloads), "policies": list(grid.policies),
-            "baseline": grid.baseline, "seeds": list(grid.seeds),
-            "rates": {w: list(r) for w, r in grid.rates.items()}, "n_tasks": grid.n_tasks,
-            "params": {p: dict(kv) for p, kv in grid.params.items()},
-            "context_cache": list(grid.context_cache)}
+    return {
+        "workloads": list(grid.workloads),
+        "policies": list(grid.policies),
+        "baseline": grid.baseline,
+        "seeds": list(grid.seeds),
+        "rates": {w: list(r) for w, r in grid.rates.items()},
+        "n_tasks": grid.n_tasks,
+        "params": {p: dict(kv) for p, kv in grid.params.items()},
+        "context_cache": list(grid.context_cache),
+    }
 
 
 def write_outputs(out_dir: Path, grid: Grid, results: dict, version: str) -> list[Path]:
@@ -129,7 +169,8 @@ def print_tables(grid: Grid, summary: dict) -> None:
     for c in summary["cells"]:
         v = c["mean_jct_s"]
         rows.setdefault((c["workload"], c["rate"], c["context_cache"]), []).append(
-            "failed" if v is None else f"{v:,.1f}")
+            "failed" if v is None else f"{v:,.1f}"
+        )
     for (w, r, cc), vals in rows.items():
         t.add_row(w, f"{r:g}", "on" if cc else "off", *vals)
     con.print(t)
@@ -141,11 +182,14 @@ def print_tables(grid: Grid, summary: dict) -> None:
     for c in ("mean diff", "95 % interval", "faster on"):
         t.add_column(c, justify="right", no_wrap=True)
     for d in summary["paired"]:
-        key = (d["workload"], f"{d['rate']:g}", "on" if d["context_cache"] else "off",
-               d["policy"])
+        key = (d["workload"], f"{d['rate']:g}", "on" if d["context_cache"] else "off", d["policy"])
         if "mean_pct" in d:
-            t.add_row(*key, f"{d['mean_pct']:+.1f}%", f"[{d['lo_pct']:+.1f}, "
-                      f"{d['hi_pct']:+.1f}]", f"{d['wins']}/{d['n']} seeds")
+            t.add_row(
+                *key,
+                f"{d['mean_pct']:+.1f}%",
+                f"[{d['lo_pct']:+.1f}, {d['hi_pct']:+.1f}]",
+                f"{d['wins']}/{d['n']} seeds",
+            )
         else:
             t.add_row(*key, "n/a", f"{d['n']} paired seeds", "")
     con.print(t)
@@ -153,11 +197,15 @@ def print_tables(grid: Grid, summary: dict) -> None:
 
 def _seed_text(seeds) -> str:
     s = list(seeds)
-    return f"{s[0]}..{s[-1]}" if s == list(range(s[0], s[-1] + 1)) and len(s) > 2 else \
-        ",".join(map(str, s))
+    return (
+        f"{s[0]}..{s[-1]}"
+        if s == list(range(s[0], s[-1] + 1)) and len(s) > 2
+        else ",".join(map(str, s))
+    )
 
 
 # -- the command -------------------------------------------------------------------------------
+
 
 def cmd_sweep(args) -> int:
     from topas.cli_args import check_out_dir
@@ -172,16 +220,21 @@ def cmd_sweep(args) -> int:
     t0 = time.perf_counter()
     version = runner.code_version()
     try:
-        results = runner.run_jobs(jobs, out / "cache", args.jobs,
-                                  progress=sys.stderr.isatty() or args.progress,
-                                  version=version, executor=args.executor,
-                                  ray_address=args.ray_address, label="sweep")
+        results = runner.run_jobs(
+            jobs,
+            out / "cache",
+            args.jobs,
+            progress=sys.stderr.isatty() or args.progress,
+            version=version,
+            executor=args.executor,
+            ray_address=args.ray_address,
+            label="sweep",
+        )
     except KeyboardInterrupt:
         return report_interrupted("topas sweep", out / "cache")
     files = write_outputs(out, grid, results, version)
     print_tables(grid, summarize(grid, results))
-    print(f"{len(jobs)} runs, {time.perf_counter() - t0:.1f} s; results: {files[0]} and "
-          f"{files[1]}")
+    print(f"{len(jobs)} runs, {time.perf_counter() - t0:.1f} s; results: {files[0]} and {files[1]}")
     return report_failures("topas sweep", results, len(jobs), f"see {files[0]}")
 
 
@@ -193,18 +246,27 @@ def add_arguments(subparsers) -> None:
     from topas.reproduce.cli import add_executor_arguments
 
     p = subparsers.add_parser(
-        "sweep", help="run a grid of simulations from a YAML file (cached, resumable)",
+        "sweep",
+        help="run a grid of simulations from a YAML file (cached, resumable)",
         description="Expand GRID.yaml (workloads, policies, seeds, rates or rate multipliers, "
         "n_tasks, params per policy, context_cache, optional baseline) to simulator runs, "
         "run the missing ones (cached under OUT/cache like topas reproduce), print mean JCT "
         "per workload and policy (and the paired difference against the baseline), and "
         "write OUT/sweep.csv and OUT/summary.json.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument("grid", metavar="GRID.yaml", help="the grid file (see examples/)")
     p.add_argument("--out", default=None, help="results folder (default: build/sweep/STEM)")
-    p.add_argument("--jobs", type=int_arg(1, 1024), default=None,
-                   help="worker processes, or local Ray's CPUs (default: os.cpu_count())")
-    p.add_argument("--progress", action="store_true",
-                   help="show the progress bar even when stderr is not a terminal")
+    p.add_argument(
+        "--jobs",
+        type=int_arg(1, 1024),
+        default=None,
+        help="worker processes, or local Ray's CPUs (default: os.cpu_count())",
+    )
+    p.add_argument(
+        "--progress",
+        action="store_true",
+        help="show the progress bar even when stderr is not a terminal",
+    )
     add_executor_arguments(p)
     p.set_defaults(fn=cmd_sweep)

@@ -32,10 +32,10 @@ ROUTER_SUMMARIES: dict[str, str] = {
     "round-robin": "the k-th call to replica k mod N (HTTP balancers' default)",
     "least-outstanding": "fewest running + queued requests (llm-d / Envoy least-request)",
     "prefix-affinity": "largest cached share of the prompt unless load is imbalanced "
-                       "(SGLang router cache-aware)",
+    "(SGLang router cache-aware)",
     "task-affinity": "a task stays where its contexts are unless overloaded (Autellix)",
     "topas": "earliest expected finish of the call (queue, prefix miss, prefill, decode) "
-             "plus the delay it imposes on the replica's other requests",
+    "plus the delay it imposes on the replica's other requests",
 }
 
 
@@ -69,5 +69,15 @@ def parse_router_params(items: list[str] | None) -> dict:
     return out
 
 
-__all__ = ["DEFAULT_ROUTER", "ROUTERS", "ROUTER_SUMMARIES", "ClusterView", "ReplicaView",
-           "RouteRequest", "Router", "RouterError", "make_router", "parse_router_params"]
+__all__ = [
+    "DEFAULT_ROUTER",
+    "ROUTERS",
+    "ROUTER_SUMMARIES",
+    "ClusterView",
+    "ReplicaView",
+    "RouteRequest",
+    "Router",
+    "RouterError",
+    "make_router",
+    "parse_router_params",
+]

@@ -56,13 +56,15 @@ class PrefixAffinity(Router):
 
     name = "prefix-affinity"
 
-    def __init__(self, cache_threshold: float = 0.3, balance_abs: int = 64,
-                 balance_rel: float = 1.5) -> None:
+    def __init__(
+        self, cache_threshold: float = 0.3, balance_abs: int = 64, balance_rel: float = 1.5
+    ) -> None:
         if not 0.0 <= cache_threshold <= 1.0:
             raise ValueError(f"cache_threshold {cache_threshold}: must be in [0, 1]")
         if balance_abs < 0 or balance_rel < 1.0:
-            raise ValueError(f"balance_abs {balance_abs} / balance_rel {balance_rel}: "
-                             "must be >= 0 / >= 1")
+            raise ValueError(
+                f"balance_abs {balance_abs} / balance_rel {balance_rel}: must be >= 0 / >= 1"
+            )
         self.cache_threshold = cache_threshold
         self.balance_abs = balance_abs
         self.balance_rel = balance_rel
@@ -73,8 +75,9 @@ class PrefixAffinity(Router):
         if hi - lo > self.balance_abs and hi > self.balance_rel * lo:
             return _least_loaded(view).replica_id
         total = max(req.prefix_tokens + req.prompt_tokens, 1)
-        best = max(view.replicas, key=lambda r: (r.cached_tokens(req), -r.outstanding,
-                                                 -r.replica_id))
+        best = max(
+            view.replicas, key=lambda r: (r.cached_tokens(req), -r.outstanding, -r.replica_id)
+        )
         if best.cached_tokens(req) / total > self.cache_threshold:
             return best.replica_id
         return max(view.replicas, key=lambda r: (r.free_kv_tokens, -r.replica_id)).replica_id
@@ -138,8 +141,9 @@ class TopasRouter(Router):
             miss = c.prefill_time(req.prefix_tokens)
         ctx = r.cached_tokens(req) - (req.prefix_tokens if resident else 0)
         need = req.prompt_tokens + out + (0 if resident else req.prefix_tokens)
-        step = c.decode_step_time(r.outstanding + 1,
-                                  r.used_kv_tokens + r.queued_prompt_tokens + need)
+        step = c.decode_step_time(
+            r.outstanding + 1, r.used_kv_tokens + r.queued_prompt_tokens + need
+        )
         wait = c.prefill_time(r.queued_prompt_tokens) if r.queued_prompt_tokens else 0.0
         excess = r.used_kv_tokens + r.queued_prompt_tokens + need - r.kv_budget_tokens
         if excess > 0:
@@ -156,5 +160,6 @@ class TopasRouter(Router):
         return finish
 
     def route(self, req: RouteRequest, view: ClusterView) -> int:
-        return min(view.replicas, key=lambda r: (self.expected_finish_s(req, r),
-                                                 r.replica_id)).replica_id
+        return min(
+            view.replicas, key=lambda r: (self.expected_finish_s(req, r), r.replica_id)
+        ).replica_id

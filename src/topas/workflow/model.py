@@ -125,12 +125,14 @@ class Task:
 
 
 def _topo_order(task: Task) -> tuple[int, ...]:
-    return _graph_order(f"task {task.task_id}", [s.name for s in task.stages],
-                        [s.deps for s in task.stages])
+    return _graph_order(
+        f"task {task.task_id}", [s.name for s in task.stages], [s.deps for s in task.stages]
+    )
 
 
-def _graph_order(where: str, names: Sequence[str], deps: Sequence[Sequence[str]]
-                 ) -> tuple[int, ...]:
+def _graph_order(
+    where: str, names: Sequence[str], deps: Sequence[Sequence[str]]
+) -> tuple[int, ...]:
     index = {n: k for k, n in enumerate(names)}
     indeg = [len(d) for d in deps]
     succ: list[list[int]] = [[] for _ in names]
@@ -152,8 +154,9 @@ def _graph_order(where: str, names: Sequence[str], deps: Sequence[Sequence[str]]
     return tuple(order)
 
 
-def check_stage_graph(where: str, names: Sequence[str], deps: Sequence[Sequence[str]]
-                      ) -> tuple[int, ...]:
+def check_stage_graph(
+    where: str, names: Sequence[str], deps: Sequence[Sequence[str]]
+) -> tuple[int, ...]:
     """Check a stage DAG given as parallel lists of stage names and their dependencies:
     names unique, every dependency another stage of the graph, no cycle.  Returns the stage
     indices in a topological order; raises :class:`WorkflowError` (one line, prefixed with
@@ -178,8 +181,7 @@ def validate_task(task: Task, agents: Mapping[str, Agent]) -> Task:
     _check_nonneg_float(task.arrival_s, f"{where} arrival_s")
     if not task.stages:
         raise WorkflowError(f"{where}: has no stages")
-    order = check_stage_graph(where, [s.name for s in task.stages],
-                              [s.deps for s in task.stages])
+    order = check_stage_graph(where, [s.name for s in task.stages], [s.deps for s in task.stages])
     for s in task.stages:
         sw = f"{where} stage {s.name!r}"
         if s.agent not in agents:
@@ -201,8 +203,10 @@ def round_up_to_blocks(tokens: int, block_size: int) -> int:
     the simulator, the snapshot, the vLLM adapter, the policies and ``validate_fits`` use it."""
     return tokens if block_size <= 1 else -(-tokens // block_size) * block_size
 
-def validate_fits(task: Task, agents: Mapping[str, Agent], kv_budget_tokens: int,
-                  block_size: int = 1) -> None:
+
+def validate_fits(
+    task: Task, agents: Mapping[str, Agent], kv_budget_tokens: int, block_size: int = 1
+) -> None:
     """A request must fit the KV budget on an otherwise empty engine, or it can never run:
     its prefix, its prompt and output rounded up to whole blocks, and the one block of
     headroom every policy keeps for a request's next token (a request preempted late in its

@@ -74,10 +74,12 @@ def get_workload(name_or_path: str) -> Workload:
             raise ValueError(f"workload file {p}: does not exist")
         return FILE_LOADERS[p.suffix](p)
     known = ", ".join(sorted(_REGISTRY))
-    raise ValueError(f"workload {name_or_path!r}: unknown (known: {known}; or a workload file "
-                     f"with suffix {sorted(FILE_LOADERS) or ['.yaml']}"
-                     + (f", or SCHEME:PATH with scheme {sorted(SCHEME_LOADERS)}"
-                        if SCHEME_LOADERS else "") + ")")
+    raise ValueError(
+        f"workload {name_or_path!r}: unknown (known: {known}; or a workload file "
+        f"with suffix {sorted(FILE_LOADERS) or ['.yaml']}"
+        + (f", or SCHEME:PATH with scheme {sorted(SCHEME_LOADERS)}" if SCHEME_LOADERS else "")
+        + ")"
+    )
 
 
 #: the longest arrival span (s) a rate may ask for: the simulator's clock limit
@@ -96,7 +98,8 @@ def check_rate(rate: float, n_tasks: int) -> None:
         raise ValueError(
             f"rate {rate!r}: {n_tasks} arrivals would span ~{span:.3g} s, beyond "
             f"{MAX_ARRIVAL_SPAN_S:.0e} s, where simulated times lose precision; use a rate "
-            f">= {max(1, n_tasks) / MAX_ARRIVAL_SPAN_S:.3g} tasks/s")
+            f">= {max(1, n_tasks) / MAX_ARRIVAL_SPAN_S:.3g} tasks/s"
+        )
 
 
 def poisson_arrivals(n: int, rate: float, rng: np.random.Generator) -> np.ndarray:

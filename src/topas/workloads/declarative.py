@@ -98,8 +98,10 @@ def _read_trace_times(path: Path, unit: str, where: str) -> tuple[float, ...]:
                 if isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0:
                     raise ValueError
             except (ValueError, KeyError, RecursionError):
-                raise SpecError(f"{path} line {ln}: expected a timestamp >= 0 (a number, or a "
-                                f"JSON object with 'timestamp'), got {line[:60]!r}") from None
+                raise SpecError(
+                    f"{path} line {ln}: expected a timestamp >= 0 (a number, or a "
+                    f"JSON object with 'timestamp'), got {line[:60]!r}"
+                ) from None
             if times and t * scale < times[-1]:
                 raise SpecError(f"{path} line {ln}: timestamps must not decrease")
             times.append(t * scale)
@@ -134,13 +136,22 @@ def _parse_arrivals(v: object, where: str, base: Path) -> ArrivalSpec:
         if isinstance(cv, bool) or not isinstance(cv, (int, float)) or not cv > 0:
             raise SpecError(f"{where}.cv: must be a number > 0, got {cv!r}")
         return ArrivalSpec("gamma", cv=float(cv))
-    raise SpecError(f"{where}.process: must be 'poisson' or 'gamma' (or use trace: PATH), "
-                    f"got {proc!r}")
+    raise SpecError(
+        f"{where}.process: must be 'poisson' or 'gamma' (or use trace: PATH), got {proc!r}"
+    )
 
 
 _TOP_REQ = ("name", "agents")
-_TOP_OPT = ("description", "default_rate", "default_tasks", "arrivals", "stages", "templates",
-            "notes", "hardness")
+_TOP_OPT = (
+    "description",
+    "default_rate",
+    "default_tasks",
+    "arrivals",
+    "stages",
+    "templates",
+    "notes",
+    "hardness",
+)
 
 
 def _parse_hardness(v: object, where: str) -> HardnessSpec:
@@ -152,12 +163,15 @@ def _parse_hardness(v: object, where: str) -> HardnessSpec:
         if isinstance(fields, str):
             fields = [fields]
         if not isinstance(fields, list) or not fields:
-            raise SpecError(f"{where}.scales: must be a non-empty list of {list(HARDNESS_FIELDS)}"
-                            f", got {fields!r}")
+            raise SpecError(
+                f"{where}.scales: must be a non-empty list of {list(HARDNESS_FIELDS)}"
+                f", got {fields!r}"
+            )
         for f in fields:
             if f not in HARDNESS_FIELDS:
-                raise SpecError(f"{where}.scales: unknown field {f!r} (known: "
-                                f"{list(HARDNESS_FIELDS)})")
+                raise SpecError(
+                    f"{where}.scales: unknown field {f!r} (known: {list(HARDNESS_FIELDS)})"
+                )
         if len(set(fields)) != len(fields):
             raise SpecError(f"{where}.scales: names a field twice: {fields!r}")
     else:
@@ -201,8 +215,13 @@ def parse_workload(d: object, source: str, base: Path | None = None) -> Declarat
             weight = t.get("weight", 1.0)
             if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight <= 0:
                 raise SpecError(f"{tw}.weight: must be a number > 0, got {weight!r}")
-            templates.append(TemplateSpec(_name(t["name"], f"{tw}.name"), float(weight),
-                                          _parse_items(t["stages"], f"{tw}.stages", agents)))
+            templates.append(
+                TemplateSpec(
+                    _name(t["name"], f"{tw}.name"),
+                    float(weight),
+                    _parse_items(t["stages"], f"{tw}.stages", agents),
+                )
+            )
     arrivals = _parse_arrivals(d.get("arrivals"), f"{w}arrivals", base)
     rate = d.get("default_rate", arrivals.native_rate)
     if rate is None:
@@ -219,10 +238,17 @@ def parse_workload(d: object, source: str, base: Path | None = None) -> Declarat
     hardness = _parse_hardness(d["hardness"], f"{w}hardness") if "hardness" in d else None
     total = sum(t.weight for t in templates)
     wl = DeclarativeWorkload(
-        name=name, description=desc.strip(), agents=tuple(agents.values()),
-        default_rate=float(rate), default_tasks=n, templates=tuple(templates),
-        arrivals=arrivals, source=source, notes=notes.strip(),
-        _weights=tuple(t.weight / total for t in templates), hardness=hardness,
+        name=name,
+        description=desc.strip(),
+        agents=tuple(agents.values()),
+        default_rate=float(rate),
+        default_tasks=n,
+        templates=tuple(templates),
+        arrivals=arrivals,
+        source=source,
+        notes=notes.strip(),
+        _weights=tuple(t.weight / total for t in templates),
+        hardness=hardness,
     )
     # one sample per template through the workflow model's validation catches what the schema
     # checks cannot see (for example a stage graph the model rejects)

@@ -20,8 +20,12 @@ from topas.engine.cost import DEFAULT_PROFILE, get_profile
 from topas.workloads import get_workload
 
 
-def describe_workload(name_or_path: str, profile: str = DEFAULT_PROFILE,
-                      rate: float | None = None, n_sample: int = 200) -> dict:
+def describe_workload(
+    name_or_path: str,
+    profile: str = DEFAULT_PROFILE,
+    rate: float | None = None,
+    n_sample: int = 200,
+) -> dict:
     """Agents and prefix tokens, stages, mean calls and tokens per task, the mean critical
     path on ``profile`` (seconds, :func:`~topas.engine.simulator.task_lower_bound`) and the
     offered load at ``rate`` (tasks/s; the workload's default when None)."""
@@ -35,21 +39,35 @@ def describe_workload(name_or_path: str, profile: str = DEFAULT_PROFILE,
     r = wl.default_rate if rate is None else float(rate)
     if not r > 0:
         raise ValueError(f"rate {rate!r}: must be > 0 tasks/s")
-    n = min(n_sample, getattr(wl, "default_tasks", n_sample)) \
-        if hasattr(wl, "requests") else n_sample
+    n = (
+        min(n_sample, getattr(wl, "default_tasks", n_sample))
+        if hasattr(wl, "requests")
+        else n_sample
+    )
     tasks = wl.sample(n, r, np.random.default_rng(0))
     agents = {a.name: a for a in wl.agents}
     chunk = prof.prefill_chunk_tokens
     n_stages = np.array([len(t.stages) for t in tasks], dtype=float)
     n_calls = np.array([t.n_calls for t in tasks], dtype=float)
-    prompt = np.array([sum(c.prompt_tokens for s in t.stages for c in s.calls) for t in tasks],
-                      dtype=float)
-    output = np.array([sum(c.output_tokens for s in t.stages for c in s.calls) for t in tasks],
-                      dtype=float)
+    prompt = np.array(
+        [sum(c.prompt_tokens for s in t.stages for c in s.calls) for t in tasks], dtype=float
+    )
+    output = np.array(
+        [sum(c.output_tokens for s in t.stages for c in s.calls) for t in tasks], dtype=float
+    )
     crit = np.array([task_lower_bound(t, agents, cost, chunk) for t in tasks])
-    serial = np.array([sum(cost.call_time_alone(c.prompt_tokens, c.output_tokens,
-                                                agents[s.agent].prefix_tokens, chunk)
-                           for s in t.stages for c in s.calls) for t in tasks])
+    serial = np.array(
+        [
+            sum(
+                cost.call_time_alone(
+                    c.prompt_tokens, c.output_tokens, agents[s.agent].prefix_tokens, chunk
+                )
+                for s in t.stages
+                for c in s.calls
+            )
+            for t in tasks
+        ]
+    )
     kinds: Counter[str] = Counter()
     calls_by_kind: Counter[str] = Counter()
     agent_of_kind: dict[str, set[str]] = {}
@@ -58,9 +76,15 @@ def describe_workload(name_or_path: str, profile: str = DEFAULT_PROFILE,
             kinds[s.template] += 1
             calls_by_kind[s.template] += len(s.calls)
             agent_of_kind.setdefault(s.template, set()).add(s.agent)
-    stages = [{"kind": k, "agents": sorted(agent_of_kind[k]),
-               "mean_per_task": kinds[k] / len(tasks),
-               "mean_calls_per_stage": calls_by_kind[k] / kinds[k]} for k in kinds]
+    stages = [
+        {
+            "kind": k,
+            "agents": sorted(agent_of_kind[k]),
+            "mean_per_task": kinds[k] / len(tasks),
+            "mean_calls_per_stage": calls_by_kind[k] / kinds[k],
+        }
+        for k in kinds
+    ]
     shown_agents = sorted(wl.agents, key=lambda a: -a.prefix_tokens)
     return {
         "name": wl.name,

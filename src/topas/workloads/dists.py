@@ -159,9 +159,11 @@ def _params(spec: dict, key: str, names: tuple[str, ...], where: str) -> dict[st
     extra = sorted(set(body) - set(names))
     missing = [n for n in names if n not in body]
     if extra or missing:
-        raise SpecError(f"{where}.{key}: needs exactly {list(names)}"
-                        + (f"; unknown {extra}" if extra else "")
-                        + (f"; missing {missing}" if missing else ""))
+        raise SpecError(
+            f"{where}.{key}: needs exactly {list(names)}"
+            + (f"; unknown {extra}" if extra else "")
+            + (f"; missing {missing}" if missing else "")
+        )
     return body
 
 
@@ -188,13 +190,17 @@ def parse_dist(raw: object, where: str, unit: str) -> Dist:
                 hint = " (text, not a number: YAML reads 1e30 as text; write 1.0e+30)"
             except ValueError:
                 pass
-        raise SpecError(f"{where}: must be a number or a distribution mapping "
-                        f"(one of {list(_KINDS[1:])}), got {raw!r}{hint}")
+        raise SpecError(
+            f"{where}: must be a number or a distribution mapping "
+            f"(one of {list(_KINDS[1:])}), got {raw!r}{hint}"
+        )
     kinds = [k for k in raw if k in _KINDS]
     extra = sorted(k for k in raw if k not in _KINDS and k not in ("min", "max", "weights"))
     if len(kinds) != 1 or extra:
-        raise SpecError(f"{where}: needs exactly one distribution kind of {list(_KINDS)}"
-                        + (f", unknown keys {extra}" if extra else f", got {sorted(raw)}"))
+        raise SpecError(
+            f"{where}: needs exactly one distribution kind of {list(_KINDS)}"
+            + (f", unknown keys {extra}" if extra else f", got {sorted(raw)}")
+        )
     kind = kinds[0]
     if "weights" in raw and kind != "choice":
         raise SpecError(f"{where}.weights: only a choice distribution takes weights")

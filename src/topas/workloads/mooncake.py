@@ -101,21 +101,22 @@ def read_mooncake(path: str | Path) -> list[TraceRequest]:
                 raise SpecError(f"{where}: field {k!r} is missing")
         ts = d["timestamp"]
         if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not ts >= 0:
-            raise SpecError(f"{where}: field 'timestamp' must be a number >= 0 (ms), "
-                            f"got {ts!r}")
+            raise SpecError(f"{where}: field 'timestamp' must be a number >= 0 (ms), got {ts!r}")
         if ts < last_ts:
-            raise SpecError(f"{where}: field 'timestamp' goes back in time "
-                            f"({ts} < {last_ts})")
+            raise SpecError(f"{where}: field 'timestamp' goes back in time ({ts} < {last_ts})")
         last_ts = ts
         n_in = int_field(d["input_length"], "input_length", where, 1)
         n_out = int_field(d["output_length"], "output_length", where, 1)
         ids = d["hash_ids"]
         if not isinstance(ids, list) or not all(
-                isinstance(x, int) and not isinstance(x, bool) for x in ids):
+            isinstance(x, int) and not isinstance(x, bool) for x in ids
+        ):
             raise SpecError(f"{where}: field 'hash_ids' must be a list of integers")
         if len(ids) > -(-n_in // BLOCK_TOKENS):
-            raise SpecError(f"{where}: field 'hash_ids' has {len(ids)} blocks, more than "
-                            f"the {n_in} input tokens fill at {BLOCK_TOKENS} per block")
+            raise SpecError(
+                f"{where}: field 'hash_ids' has {len(ids)} blocks, more than "
+                f"the {n_in} input tokens fill at {BLOCK_TOKENS} per block"
+            )
         out.append(TraceRequest(ln, float(ts), n_in, n_out, tuple(ids)))
     if not out:
         raise SpecError(f"{Path(path)}: has no requests")
@@ -148,8 +149,9 @@ def shared_chains(reqs: list[TraceRequest]) -> list[int]:
     return depth
 
 
-def prefix_groups(reqs: list[TraceRequest], shortest: list[int]
-                  ) -> tuple[dict[str, int], list[str]]:
+def prefix_groups(
+    reqs: list[TraceRequest], shortest: list[int]
+) -> tuple[dict[str, int], list[str]]:
     """Agents (shared prefixes) of ``reqs`` by the hash-chain rule (:func:`shared_chains`):
     ``(prefix tokens per agent name, agent name per request)``.  A prefix is capped one
     token below the shortest prompt that uses it (``shortest[i]``: request ``i``'s, or its
@@ -200,23 +202,28 @@ class MooncakeWorkload:
             agent = self.agent_of[i]
             prompt = r.input_length - self._prefix[agent]
             stage = Stage("request", agent, (Call(prompt, r.output_length),), kind="request")
-            tasks.append(Task(i, (r.timestamp_ms - t0) / 1000.0 * stretch, (stage,),
-                              workflow=self.name))
+            tasks.append(
+                Task(i, (r.timestamp_ms - t0) / 1000.0 * stretch, (stage,), workflow=self.name)
+            )
         return tasks
 
     def sample(self, n_tasks: int, rate: float, rng: np.random.Generator) -> list[Task]:
         return self.tasks_of(n_tasks, rate)
 
 
-def load_mooncake(path: str | Path, max_context_tokens: int | None = 32_768,
-                  default_tasks: int = 300) -> MooncakeWorkload:
+def load_mooncake(
+    path: str | Path, max_context_tokens: int | None = 32_768, default_tasks: int = 300
+) -> MooncakeWorkload:
     """A Mooncake trace as a workload.  Requests whose prompt + output exceed
     ``max_context_tokens`` are skipped (the default is the default profile's KV budget, since
     such a request could never run there); ``None`` keeps every request."""
     p = Path(path)
     every = read_mooncake(p)
-    reqs = [r for r in every if max_context_tokens is None
-            or r.input_length + r.output_length <= max_context_tokens]
+    reqs = [
+        r
+        for r in every
+        if max_context_tokens is None or r.input_length + r.output_length <= max_context_tokens
+    ]
     if not reqs:
         raise SpecError(f"{p}: no request fits max_context_tokens={max_context_tokens}")
     prefix, agent_of = prefix_groups(reqs, [r.input_length for r in reqs])
@@ -225,13 +232,21 @@ def load_mooncake(path: str | Path, max_context_tokens: int | None = 32_768,
     span_s = (reqs[-1].timestamp_ms - reqs[0].timestamp_ms) / 1000.0
     rate = (len(reqs) - 1) / span_s if span_s > 0 and len(reqs) > 1 else 1.0
     skipped = len(every) - len(reqs)
-    desc = (f"Mooncake trace {p.name}: {len(reqs)} requests, {len(agents)} prefix groups from "
-            f"hash chains, native rate {rate:.3g} req/s"
-            + (f"; {skipped} requests over {max_context_tokens} tokens skipped" if skipped else ""))
+    desc = (
+        f"Mooncake trace {p.name}: {len(reqs)} requests, {len(agents)} prefix groups from "
+        f"hash chains, native rate {rate:.3g} req/s"
+        + (f"; {skipped} requests over {max_context_tokens} tokens skipped" if skipped else "")
+    )
     return MooncakeWorkload(
-        name=f"mooncake:{p.stem}", description=desc, agents=agents, default_rate=rate,
-        default_tasks=min(default_tasks, len(reqs)), requests=tuple(reqs),
-        agent_of=tuple(agent_of), skipped=skipped, _prefix={a: prefix[a] for a in used},
+        name=f"mooncake:{p.stem}",
+        description=desc,
+        agents=agents,
+        default_rate=rate,
+        default_tasks=min(default_tasks, len(reqs)),
+        requests=tuple(reqs),
+        agent_of=tuple(agent_of),
+        skipped=skipped,
+        _prefix={a: prefix[a] for a in used},
     )
 
 

@@ -76,8 +76,9 @@ DATA_DIR = Path(__file__).with_name("data")
 EXAMPLE = DATA_DIR / "agent_sessions_example.jsonl"
 
 
-def group_sessions(reqs: list[TraceRequest] | tuple[TraceRequest, ...],
-                   min_blocks: int = MIN_BLOCKS) -> list[list[int]]:
+def group_sessions(
+    reqs: list[TraceRequest] | tuple[TraceRequest, ...], min_blocks: int = MIN_BLOCKS
+) -> list[list[int]]:
     """Sessions as lists of request indices (rounds in order), by the rule in the module
     docstring; sessions are ordered by their first round."""
     if min_blocks < 1:
@@ -94,8 +95,11 @@ def group_sessions(reqs: list[TraceRequest] | tuple[TraceRequest, ...],
                 break
             if depth < min_blocks:
                 continue
-            cands = [s for s in tails_at.get(node, ())
-                     if r.input_length > reqs[sessions[s][-1]].input_length]
+            cands = [
+                s
+                for s in tails_at.get(node, ())
+                if r.input_length > reqs[sessions[s][-1]].input_length
+            ]
             if cands:  # deeper matches overwrite shallower ones; ties: most recent tail
                 best = max(cands, key=lambda s: sessions[s][-1])
         if best >= 0:
@@ -149,8 +153,7 @@ class SessionWorkload:
 
     def sample(self, n_tasks: int, rate: float, rng: np.random.Generator) -> list[Task]:
         if n_tasks > len(self.sessions):
-            raise ValueError(f"tasks {n_tasks}: the trace has only {len(self.sessions)} "
-                             f"sessions")
+            raise ValueError(f"tasks {n_tasks}: the trace has only {len(self.sessions)} sessions")
         check_rate(rate, n_tasks)
         if self.timed:
             t0 = self.sessions[0].arrival_s
@@ -158,9 +161,15 @@ class SessionWorkload:
             arrivals = [(s.arrival_s - t0) * stretch for s in self.sessions[:n_tasks]]
         else:
             arrivals = poisson_arrivals(n_tasks, rate, rng).tolist()
-        return [Task(i, float(arrivals[i]),
-                     (Stage("session", s.agent, s.calls, kind="session"),), workflow=self.name)
-                for i, s in enumerate(self.sessions[:n_tasks])]
+        return [
+            Task(
+                i,
+                float(arrivals[i]),
+                (Stage("session", s.agent, s.calls, kind="session"),),
+                workflow=self.name,
+            )
+            for i, s in enumerate(self.sessions[:n_tasks])
+        ]
 
 
 def _rate(arrivals: list[float]) -> float:
@@ -171,41 +180,57 @@ def _rate(arrivals: list[float]) -> float:
 # ---------------------------------------------------------------------------------------------
 # Mooncake traces grouped into sessions
 # ---------------------------------------------------------------------------------------------
-def load_mooncake_sessions(path: str | Path, max_context_tokens: int | None = 32_768,
-                           min_blocks: int = MIN_BLOCKS, default_tasks: int = 100
-                           ) -> SessionWorkload:
+def load_mooncake_sessions(
+    path: str | Path,
+    max_context_tokens: int | None = 32_768,
+    min_blocks: int = MIN_BLOCKS,
+    default_tasks: int = 100,
+) -> SessionWorkload:
     """A Mooncake trace grouped into multi-turn sessions (rule in the module docstring);
     requests over ``max_context_tokens`` are dropped first, as in ``load_mooncake``."""
     p = Path(path)
     every = read_mooncake(p)
-    reqs = [r for r in every if max_context_tokens is None
-            or r.input_length + r.output_length <= max_context_tokens]
+    reqs = [
+        r
+        for r in every
+        if max_context_tokens is None or r.input_length + r.output_length <= max_context_tokens
+    ]
     if not reqs:
         raise SpecError(f"{p}: no request fits max_context_tokens={max_context_tokens}")
     groups = group_sessions(reqs, min_blocks)
     firsts = [reqs[g[0]] for g in groups]
-    prefix, agent_of = prefix_groups(firsts, [min(reqs[j].input_length for j in g)
-                                              for g in groups])
+    prefix, agent_of = prefix_groups(firsts, [min(reqs[j].input_length for j in g) for g in groups])
     specs = []
     for g, agent in zip(groups, agent_of):
         rs = [reqs[j] for j in g]
         calls = tuple(
-            Call(r.input_length - prefix[agent], r.output_length,
-                 (rs[k + 1].timestamp_ms - r.timestamp_ms) / 1000.0 if k + 1 < len(rs) else 0.0)
-            for k, r in enumerate(rs))
+            Call(
+                r.input_length - prefix[agent],
+                r.output_length,
+                (rs[k + 1].timestamp_ms - r.timestamp_ms) / 1000.0 if k + 1 < len(rs) else 0.0,
+            )
+            for k, r in enumerate(rs)
+        )
         specs.append(SessionSpec(rs[0].timestamp_ms / 1000.0, agent, calls))
     used = dict.fromkeys(agent_of)
     rate = _rate([s.arrival_s for s in specs])
     n_multi = sum(len(g) > 1 for g in groups)
     skipped = len(every) - len(reqs)
-    desc = (f"Mooncake trace {p.name} as sessions: {len(reqs)} requests in {len(groups)} "
-            f"sessions ({n_multi} with 2+ rounds, at most {max(len(g) for g in groups)}), "
-            f"{len(used)} prefix groups, native rate {rate:.3g} sessions/s"
-            + (f"; {skipped} requests over {max_context_tokens} tokens skipped" if skipped
-               else ""))
-    return SessionWorkload(f"mooncake-sessions:{p.stem}", desc,
-                           tuple(Agent(a, prefix[a]) for a in used), rate,
-                           min(default_tasks, len(specs)), tuple(specs), timed=True)
+    desc = (
+        f"Mooncake trace {p.name} as sessions: {len(reqs)} requests in {len(groups)} "
+        f"sessions ({n_multi} with 2+ rounds, at most {max(len(g) for g in groups)}), "
+        f"{len(used)} prefix groups, native rate {rate:.3g} sessions/s"
+        + (f"; {skipped} requests over {max_context_tokens} tokens skipped" if skipped else "")
+    )
+    return SessionWorkload(
+        f"mooncake-sessions:{p.stem}",
+        desc,
+        tuple(Agent(a, prefix[a]) for a in used),
+        rate,
+        min(default_tasks, len(specs)),
+        tuple(specs),
+        timed=True,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,49 +262,59 @@ def read_agent_trace(path: str | Path) -> dict[str, list[dict]]:
                 raise SpecError(f"{where}: field {k!r} is missing")
         extra = sorted(k for k in d if k not in _AT_REQ + _AT_OPT)
         if extra:
-            raise SpecError(f"{where}: unknown field(s) {extra} (known: "
-                            f"{sorted(_AT_REQ + _AT_OPT)})")
+            raise SpecError(
+                f"{where}: unknown field(s) {extra} (known: {sorted(_AT_REQ + _AT_OPT)})"
+            )
         sid = d["session_id"]
         if isinstance(sid, bool) or not isinstance(sid, (str, int)) or sid == "":
-            raise SpecError(f"{where}: field 'session_id' must be a string or an integer, "
-                            f"got {sid!r}")
+            raise SpecError(
+                f"{where}: field 'session_id' must be a string or an integer, got {sid!r}"
+            )
         agent = d.get("agent", "agent")
         if not isinstance(agent, str) or not agent:
-            raise SpecError(f"{where}: field 'agent' must be a non-empty string, "
-                            f"got {agent!r}")
-        rec = {"line": ln, "agent": agent,
-               "prefix": _int(d, "prefix_tokens", where, 0),
-               "appended": _int(d, "appended_tokens", where, 1),
-               "output": _int(d, "output_tokens", where, 1),
-               "tool": _num(d, "tool_latency_s", where) if "tool_latency_s" in d else 0.0,
-               "round": _int(d, "round", where, 0) if "round" in d else None,
-               "timestamp": _num(d, "timestamp", where) if "timestamp" in d else None}
+            raise SpecError(f"{where}: field 'agent' must be a non-empty string, got {agent!r}")
+        rec = {
+            "line": ln,
+            "agent": agent,
+            "prefix": _int(d, "prefix_tokens", where, 0),
+            "appended": _int(d, "appended_tokens", where, 1),
+            "output": _int(d, "output_tokens", where, 1),
+            "tool": _num(d, "tool_latency_s", where) if "tool_latency_s" in d else 0.0,
+            "round": _int(d, "round", where, 0) if "round" in d else None,
+            "timestamp": _num(d, "timestamp", where) if "timestamp" in d else None,
+        }
         out.setdefault(str(sid), []).append(rec)
     if not out:
         raise SpecError(f"{p}: has no rounds")
     for sid, rounds in out.items():
         if any(r["round"] is not None for r in rounds):
             if any(r["round"] is None for r in rounds):
-                raise SpecError(f"{p} line {rounds[0]['line']}: session {sid!r}: give "
-                                f"'round' on every round of the session or on none")
+                raise SpecError(
+                    f"{p} line {rounds[0]['line']}: session {sid!r}: give "
+                    f"'round' on every round of the session or on none"
+                )
             rounds.sort(key=lambda r: r["round"])
             seen = [r["round"] for r in rounds]
             if len(set(seen)) != len(seen):
                 raise SpecError(f"{p}: session {sid!r}: round numbers repeat: {seen}")
         for a, b in zip(rounds, rounds[1:]):
             if b["agent"] != a["agent"]:
-                raise SpecError(f"{p} line {b['line']}: session {sid!r} changes agent "
-                                f"({a['agent']!r} -> {b['agent']!r})")
+                raise SpecError(
+                    f"{p} line {b['line']}: session {sid!r} changes agent "
+                    f"({a['agent']!r} -> {b['agent']!r})"
+                )
             if b["prefix"] > a["prefix"] + a["appended"] + a["output"]:
                 raise SpecError(
                     f"{p} line {b['line']}: session {sid!r}: prefix_tokens {b['prefix']} is "
                     f"more than the previous round's whole context "
-                    f"({a['prefix']} + {a['appended']} + {a['output']})")
+                    f"({a['prefix']} + {a['appended']} + {a['output']})"
+                )
     return out
 
 
-def load_agent_trace(path: str | Path, default_rate: float = 0.05, default_tasks: int = 100,
-                     name: str | None = None) -> SessionWorkload:
+def load_agent_trace(
+    path: str | Path, default_rate: float = 0.05, default_tasks: int = 100, name: str | None = None
+) -> SessionWorkload:
     """An agent-session trace as a workload (format in the module docstring).
     ``default_rate`` applies only when the trace has no timestamps."""
     p = Path(path)
@@ -297,19 +332,35 @@ def load_agent_trace(path: str | Path, default_rate: float = 0.05, default_tasks
     for sid in order:
         rounds = sessions[sid]
         a = rounds[0]["agent"]
-        calls = tuple(Call(r["prefix"] + r["appended"] - static[a], r["output"],
-                           r["tool"] if k + 1 < len(rounds) else 0.0)
-                      for k, r in enumerate(rounds))
+        calls = tuple(
+            Call(
+                r["prefix"] + r["appended"] - static[a],
+                r["output"],
+                r["tool"] if k + 1 < len(rounds) else 0.0,
+            )
+            for k, r in enumerate(rounds)
+        )
         specs.append(SessionSpec(rounds[0]["timestamp"] if timed else 0.0, a, calls))
     rate = _rate([s.arrival_s for s in specs]) if timed else default_rate
     n_rounds = sum(len(s.calls) for s in specs)
-    desc = (f"agent-session trace {p.name}: {len(specs)} sessions, {n_rounds} rounds, "
-            f"{len(static)} agents; "
-            + (f"timestamps replayed (native rate {rate:.3g} sessions/s)" if timed
-               else "Poisson arrivals"))
-    return SessionWorkload(name or f"agent-trace:{p.stem}", desc,
-                           tuple(Agent(a, t) for a, t in static.items()), rate,
-                           min(default_tasks, len(specs)), tuple(specs), timed=timed)
+    desc = (
+        f"agent-session trace {p.name}: {len(specs)} sessions, {n_rounds} rounds, "
+        f"{len(static)} agents; "
+        + (
+            f"timestamps replayed (native rate {rate:.3g} sessions/s)"
+            if timed
+            else "Poisson arrivals"
+        )
+    )
+    return SessionWorkload(
+        name or f"agent-trace:{p.stem}",
+        desc,
+        tuple(Agent(a, t) for a, t in static.items()),
+        rate,
+        min(default_tasks, len(specs)),
+        tuple(specs),
+        timed=timed,
+    )
 
 
 def _is_agent_trace(p: Path) -> bool:
@@ -348,10 +399,14 @@ def session_stats(wl: SessionWorkload) -> dict:
     time (s) of a session workload."""
     rounds = [len(s.calls) for s in wl.sessions]
     gaps = sorted(c.tool_delay_s for s in wl.sessions for c in s.calls[:-1])
-    return {"sessions": len(rounds), "multi_round_sessions": sum(r > 1 for r in rounds),
-            "rounds": sum(rounds), "rounds_in_multi_round": sum(r for r in rounds if r > 1),
-            "max_rounds": max(rounds),
-            "median_think_s": float(np.median(gaps)) if gaps else 0.0}
+    return {
+        "sessions": len(rounds),
+        "multi_round_sessions": sum(r > 1 for r in rounds),
+        "rounds": sum(rounds),
+        "rounds_in_multi_round": sum(r for r in rounds if r > 1),
+        "max_rounds": max(rounds),
+        "median_think_s": float(np.median(gaps)) if gaps else 0.0,
+    }
 
 
 if __name__ == "__main__":  # python -m topas.workloads.sessions NAME_OR_PATH ...

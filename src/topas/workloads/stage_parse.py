@@ -22,8 +22,9 @@ def _keys(d: object, where: str, required: tuple[str, ...], optional: tuple[str,
         raise SpecError(f"{where}: must be a mapping, got {type(d).__name__}")
     unknown = sorted(str(k) for k in d if k not in required and k not in optional)
     if unknown:
-        raise SpecError(f"{where}: unknown field(s) {unknown} (known: "
-                        f"{sorted(required + optional)})")
+        raise SpecError(
+            f"{where}: unknown field(s) {unknown} (known: {sorted(required + optional)})"
+        )
     for k in required:
         if k not in d:
             raise SpecError(f"{where}.{k}: missing (required)")
@@ -50,8 +51,9 @@ def _names(v: object, where: str) -> tuple[str, ...]:
     return tuple(_name(x, f"{where}[{i}]") for i, x in enumerate(v))
 
 
-def _parse_agent_ref(v: object, where: str, agents: dict[str, Agent]
-                     ) -> tuple[tuple[str, ...], tuple[float, ...]]:
+def _parse_agent_ref(
+    v: object, where: str, agents: dict[str, Agent]
+) -> tuple[tuple[str, ...], tuple[float, ...]]:
     weights = None
     if isinstance(v, dict):
         _keys(v, where, ("choice",), ("weights",))
@@ -80,17 +82,20 @@ def _parse_calls(v: object, where: str) -> tuple[CallGroupSpec, ...]:
     for i, g in enumerate(groups):
         w = f"{where}[{i}]" if isinstance(v, list) else where
         _keys(g, w, ("output",), ("count", "tool_delay", "observation"))
-        out.append(CallGroupSpec(
-            count=parse_dist(g.get("count", 1), f"{w}.count", "count"),
-            output=parse_dist(g["output"], f"{w}.output", "tokens"),
-            tool_delay=parse_dist(g.get("tool_delay", 0), f"{w}.tool_delay", "seconds"),
-            observation=parse_dist(g.get("observation", 0), f"{w}.observation", "count"),
-        ))
+        out.append(
+            CallGroupSpec(
+                count=parse_dist(g.get("count", 1), f"{w}.count", "count"),
+                output=parse_dist(g["output"], f"{w}.output", "tokens"),
+                tool_delay=parse_dist(g.get("tool_delay", 0), f"{w}.tool_delay", "seconds"),
+                observation=parse_dist(g.get("observation", 0), f"{w}.observation", "count"),
+            )
+        )
     return tuple(out)
 
 
-def _parse_stage(d: object, where: str, agents: dict[str, Agent], known: set[str],
-                 in_group: bool) -> StageSpec:
+def _parse_stage(
+    d: object, where: str, agents: dict[str, Agent], known: set[str], in_group: bool
+) -> StageSpec:
     optional = _STAGE_KEYS if not in_group else tuple(k for k in _STAGE_KEYS if k != "repeat")
     _keys(d, where, ("name", "agent", "calls"), optional)
     name = _name(d["name"], f"{where}.name")
@@ -103,18 +108,24 @@ def _parse_stage(d: object, where: str, agents: dict[str, Agent], known: set[str
             what = "a stage of this group" if in_group else "an earlier stage or group"
             raise SpecError(f"{where}.deps: {dep!r} is not {what}")
     max_prompt = d.get("max_prompt")
-    if max_prompt is not None and (isinstance(max_prompt, bool)
-                                   or not isinstance(max_prompt, int) or max_prompt < 1):
+    if max_prompt is not None and (
+        isinstance(max_prompt, bool) or not isinstance(max_prompt, int) or max_prompt < 1
+    ):
         raise SpecError(f"{where}.max_prompt: must be an integer >= 1 tokens, got {max_prompt!r}")
     kind = d.get("kind", name)
     if not isinstance(kind, str) or not kind:
         raise SpecError(f"{where}.kind: must be a non-empty string, got {kind!r}")
     return StageSpec(
-        name=name, agents=names, agent_weights=weights, kind=kind, deps=deps,
+        name=name,
+        agents=names,
+        agent_weights=weights,
+        kind=kind,
+        deps=deps,
         prompt=parse_dist(d.get("prompt", 1), f"{where}.prompt", "tokens"),
         inherit=_fraction(d.get("inherit", 0.0), f"{where}.inherit"),
         history=_fraction(d.get("history", 0.0), f"{where}.history"),
-        max_prompt=max_prompt, groups=_parse_calls(d["calls"], f"{where}.calls"),
+        max_prompt=max_prompt,
+        groups=_parse_calls(d["calls"], f"{where}.calls"),
     )
 
 
@@ -129,8 +140,9 @@ def _parse_repeat(v: object, where: str) -> tuple[Dist, str]:
     return count, layout
 
 
-def _parse_items(raw: object, where: str, agents: dict[str, Agent]
-                 ) -> tuple[StageSpec | GroupSpec, ...]:
+def _parse_items(
+    raw: object, where: str, agents: dict[str, Agent]
+) -> tuple[StageSpec | GroupSpec, ...]:
     if not isinstance(raw, list) or not raw:
         raise SpecError(f"{where}: must be a non-empty list of stages")
     known: set[str] = set()
@@ -158,8 +170,9 @@ def _parse_items(raw: object, where: str, agents: dict[str, Agent]
                     raise SpecError(f"{w}.stages[{j}].name: {s.name!r} is used twice")
                 local.add(s.name)
                 inner.append(s)
-            item: StageSpec | GroupSpec = GroupSpec(gname, count, layout, deps, tuple(inner),
-                                                    single=False)
+            item: StageSpec | GroupSpec = GroupSpec(
+                gname, count, layout, deps, tuple(inner), single=False
+            )
         else:
             s = _parse_stage(d, w, agents, known, in_group=False)
             item = s

@@ -81,8 +81,9 @@ class ArrivalSpec:
             gaps = rng.gamma(1.0 / self.cv**2, self.cv**2 / rate, size=n)
         else:
             if n > len(self.times_s):
-                raise ValueError(f"tasks {n}: the arrival trace has only {len(self.times_s)} "
-                                 f"arrivals")
+                raise ValueError(
+                    f"tasks {n}: the arrival trace has only {len(self.times_s)} arrivals"
+                )
             t = np.asarray(self.times_s[:n], dtype=float)
             native = self.native_rate
             return t * (native / rate) if native else t
@@ -128,8 +129,9 @@ class DeclarativeWorkload:
         (and hardness factors, when declared, from a third)."""
         return self.sample_with_factors(n_tasks, rate, rng)[0]
 
-    def sample_with_factors(self, n_tasks: int, rate: float, rng: np.random.Generator
-                            ) -> tuple[list[Task], list[float]]:
+    def sample_with_factors(
+        self, n_tasks: int, rate: float, rng: np.random.Generator
+    ) -> tuple[list[Task], list[float]]:
         """:meth:`sample`, plus each task's hardness factor (all 1.0 without ``hardness``)."""
         traj_rng, arr_rng = rng.spawn(2)
         arrivals = self.arrivals.times(n_tasks, rate, arr_rng)
@@ -145,8 +147,7 @@ class DeclarativeWorkload:
             if self.hardness is not None:
                 h = float(self.hardness.factor.draw(hard_rng))
                 sc = self.hardness.scales(h)
-            tasks.append(Task(i, float(arrivals[i]), sample_stages(tpl, traj_rng, sc),
-                              workflow=wf))
+            tasks.append(Task(i, float(arrivals[i]), sample_stages(tpl, traj_rng, sc), workflow=wf))
             factors.append(h)
         return tasks, factors
 
@@ -154,9 +155,15 @@ class DeclarativeWorkload:
 # ---------------------------------------------------------------------------------------------
 # Sampling one task's stages
 # ---------------------------------------------------------------------------------------------
-def _make_stage(s: StageSpec, name: str, deps: list[str], hist_out: int,
-                final_out: dict[str, int], rng: np.random.Generator,
-                sc: dict[str, float] = _NO_SCALE) -> tuple[Stage, int]:
+def _make_stage(
+    s: StageSpec,
+    name: str,
+    deps: list[str],
+    hist_out: int,
+    final_out: dict[str, int],
+    rng: np.random.Generator,
+    sc: dict[str, float] = _NO_SCALE,
+) -> tuple[Stage, int]:
     """One concrete stage; returns it and the total tokens it generates.  ``sc`` maps a
     field name to the task's hardness factor for that field (missing: 1)."""
     if len(s.agents) == 1:
@@ -167,8 +174,11 @@ def _make_stage(s: StageSpec, name: str, deps: list[str], hist_out: int,
     ctx += int(round(s.inherit * sum(final_out[d] for d in deps)))
     ctx += int(round(s.history * hist_out))
     calls: list[Call] = []
-    f_out, f_delay, f_obs = (sc.get("output", 1.0), sc.get("tool_delay", 1.0),
-                             sc.get("observation", 1.0))
+    f_out, f_delay, f_obs = (
+        sc.get("output", 1.0),
+        sc.get("tool_delay", 1.0),
+        sc.get("observation", 1.0),
+    )
     for g in s.groups:
         for _ in range(g.count.draw_int(rng, sc.get("count", 1.0))):
             out = g.output.draw_int(rng, f_out)
@@ -188,8 +198,9 @@ def _make_stage(s: StageSpec, name: str, deps: list[str], hist_out: int,
     return Stage(name, agent, tuple(calls), tuple(deps), kind=s.kind), total
 
 
-def sample_stages(tpl: TemplateSpec, rng: np.random.Generator,
-                  sc: dict[str, float] = _NO_SCALE) -> tuple[Stage, ...]:
+def sample_stages(
+    tpl: TemplateSpec, rng: np.random.Generator, sc: dict[str, float] = _NO_SCALE
+) -> tuple[Stage, ...]:
     """Expand a template (repeats, groups, agent choices) and draw every call's lengths;
     ``sc`` holds the task's hardness factor per scaled field (empty: no scaling)."""
     out: list[Stage] = []

@@ -36,11 +36,18 @@ class ToyChain:
                 worker_calls.append(Call(ctx, out, float(rng.uniform(0.1, 0.9))))
                 ctx += out + int(rng.integers(50, 200))
             stages = (
-                Stage("plan", "planner", (Call(int(rng.integers(200, 600)),
-                                               int(rng.integers(100, 400))),)),
+                Stage(
+                    "plan",
+                    "planner",
+                    (Call(int(rng.integers(200, 600)), int(rng.integers(100, 400))),),
+                ),
                 Stage("work", "worker", tuple(worker_calls), deps=("plan",)),
-                Stage("check", "checker", (Call(int(rng.integers(400, 1200)),
-                                                int(rng.integers(20, 120))),), deps=("work",)),
+                Stage(
+                    "check",
+                    "checker",
+                    (Call(int(rng.integers(400, 1200)), int(rng.integers(20, 120))),),
+                    deps=("work",),
+                ),
             )
             tasks.append(Task(i, float(arrivals[i]), stages, workflow=self.name))
         return tasks

@@ -85,7 +85,7 @@ class BlockRefs:
         without a hash (a cache hit needs an unbroken chain)."""
         blocks = self._blocks(request_id) or []
         ctx = []
-        for b in blocks[prefix_tokens // self.block_size:]:
+        for b in blocks[prefix_tokens // self.block_size :]:
             if b.is_null or b.block_hash is None:
                 break
             ctx.append(b)

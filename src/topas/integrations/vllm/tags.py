@@ -67,7 +67,7 @@ def _show(v: object, limit: int = 60) -> str:
         r = repr(v)
     except Exception:  # a hostile __repr__ cannot come through JSON, but be safe
         r = f"<{type(v).__name__}>"
-    return r if len(r) <= limit else r[:limit - 3] + "..."
+    return r if len(r) <= limit else r[: limit - 3] + "..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +98,9 @@ def encode_dag(stages: Sequence[tuple[str, str, str, Sequence[str]]]) -> list[st
     out = []
     for name, agent, kind, deps in stages:
         if isinstance(deps, str):
-            raise TagError(f"topas_dag: stage {_show(name)}: deps must be a list of names, "
-                           f"got {_show(deps)}")
+            raise TagError(
+                f"topas_dag: stage {_show(name)}: deps must be a list of names, got {_show(deps)}"
+            )
         for part in (name, agent, kind, *deps):
             if not isinstance(part, str):
                 raise TagError(f"topas_dag: name {_show(part)} is not a string")
@@ -109,19 +110,32 @@ def encode_dag(stages: Sequence[tuple[str, str, str, Sequence[str]]]) -> list[st
     return out
 
 
-def make_tag(*, task: str | int, stage: str, agent: str, prefix_tokens: int = 0,
-             round_index: int = 0, workflow: str = "custom", kind: str = "",
-             dag: Sequence[tuple[str, str, str, Sequence[str]]] | None = None,
-             done: Sequence[str] = (), arrival_s: float | None = None,
-             final: bool | None = None) -> dict:
+def make_tag(
+    *,
+    task: str | int,
+    stage: str,
+    agent: str,
+    prefix_tokens: int = 0,
+    round_index: int = 0,
+    workflow: str = "custom",
+    kind: str = "",
+    dag: Sequence[tuple[str, str, str, Sequence[str]]] | None = None,
+    done: Sequence[str] = (),
+    arrival_s: float | None = None,
+    final: bool | None = None,
+) -> dict:
     """The flat ``vllm_xargs`` / ``extra_args`` dict for one request; raises
     :class:`TagError` for a value the engine would reject."""
     if isinstance(done, str):
         raise TagError(f"topas_done: must be a list of stage names, got {_show(done)}")
     tag: dict = {
-        "topas_task": task, "topas_workflow": workflow, "topas_stage": stage,
-        "topas_kind": kind or stage, "topas_agent": agent,
-        "topas_prefix_tokens": prefix_tokens, "topas_round": round_index,
+        "topas_task": task,
+        "topas_workflow": workflow,
+        "topas_stage": stage,
+        "topas_kind": kind or stage,
+        "topas_agent": agent,
+        "topas_prefix_tokens": prefix_tokens,
+        "topas_round": round_index,
         "topas_done": list(done),
     }
     if dag is not None:
@@ -143,9 +157,14 @@ def _int(extra: Mapping, key: str, default: int) -> int:
     v = extra.get(key)
     if v is None:
         return default
-    if (isinstance(v, bool) or not isinstance(v, (int, float))
-            or (isinstance(v, float) and not math.isfinite(v)) or v < 0 or v > MAX_INT
-            or int(v) != v):
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, (int, float))
+        or (isinstance(v, float) and not math.isfinite(v))
+        or v < 0
+        or v > MAX_INT
+        or int(v) != v
+    ):
         raise TagError(f"{key}: must be an integer in [0, {MAX_INT}], got {_show(v)}")
     return int(v)
 
@@ -208,14 +227,19 @@ def parse_tag(extra: Mapping | None) -> WorkflowTag | None:
     except TagError:
         raise
     except Exception as e:  # anything unforeseen is still a bad tag, never a crash
-        raise TagError(f"topas: unreadable tag ({type(e).__name__}: {_show(str(e))})",
-                       "topas") from None
+        raise TagError(
+            f"topas: unreadable tag ({type(e).__name__}: {_show(str(e))})", "topas"
+        ) from None
 
 
 def _parse(extra: Mapping) -> WorkflowTag:
     task = extra["topas_task"]
-    if (isinstance(task, bool) or not isinstance(task, (str, int)) or task == ""
-            or (isinstance(task, int) and abs(task) > 2**63)):
+    if (
+        isinstance(task, bool)
+        or not isinstance(task, (str, int))
+        or task == ""
+        or (isinstance(task, int) and abs(task) > 2**63)
+    ):
         raise TagError(f"topas_task: must be a non-empty string or an integer, got {_show(task)}")
     stage = _name(extra, "topas_stage")
     agent = _name(extra, "topas_agent")
@@ -233,16 +257,30 @@ def _parse(extra: Mapping) -> WorkflowTag:
     if stage in done:
         raise TagError(f"topas_done: lists this request's own stage {_show(stage)}")
     arr = extra.get("topas_arrival_s")
-    if arr is not None and (isinstance(arr, bool) or not isinstance(arr, (int, float))
-                            or not math.isfinite(arr) or arr < 0):
-        raise TagError(f"topas_arrival_s: must be a finite number >= 0 (client time.time()), "
-                       f"got {_show(arr)}")
+    if arr is not None and (
+        isinstance(arr, bool)
+        or not isinstance(arr, (int, float))
+        or not math.isfinite(arr)
+        or arr < 0
+    ):
+        raise TagError(
+            f"topas_arrival_s: must be a finite number >= 0 (client time.time()), got {_show(arr)}"
+        )
     final = extra.get("topas_final")
     if final is None:
         final = 0
     if isinstance(final, (list, tuple, dict, set)) or final not in (0, 1):
         raise TagError(f"topas_final: must be 0 or 1, got {_show(final)}")
     return WorkflowTag(
-        task=str(task), workflow=workflow, stage=stage, kind=kind, agent=agent,
-        prefix_tokens=prefix_tokens, round_index=round_index, dag=dag, done=tuple(done),
-        arrival_s=None if arr is None else float(arr), final=bool(final))
+        task=str(task),
+        workflow=workflow,
+        stage=stage,
+        kind=kind,
+        agent=agent,
+        prefix_tokens=prefix_tokens,
+        round_index=round_index,
+        dag=dag,
+        done=tuple(done),
+        arrival_s=None if arr is None else float(arr),
+        final=bool(final),
+    )

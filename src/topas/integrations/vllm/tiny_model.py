@@ -28,8 +28,14 @@ MAX_POSITIONS = 16384
 DTYPE = "bfloat16"
 
 #: what a calibrated profile copies as its model shape (parameter count filled in on build)
-SHAPE = {"name": "tiny-llama", "layers": LAYERS, "hidden": HIDDEN, "q_heads": Q_HEADS,
-         "kv_heads": KV_HEADS, "head_dim": HEAD_DIM}
+SHAPE = {
+    "name": "tiny-llama",
+    "layers": LAYERS,
+    "hidden": HIDDEN,
+    "q_heads": Q_HEADS,
+    "kv_heads": KV_HEADS,
+    "head_dim": HEAD_DIM,
+}
 
 
 def _corpus(seed: int, n_lines: int = 4000) -> list[str]:
@@ -38,8 +44,24 @@ def _corpus(seed: int, n_lines: int = 4000) -> list[str]:
     rng = np.random.default_rng(seed)
     letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
     words = ["".join(rng.choice(letters, size=int(rng.integers(2, 9)))) for _ in range(3000)]
-    words += ["agent", "task", "stage", "plan", "code", "test", "review", "def", "return",
-              "import", "class", "the", "and", "of", "to", "in"]
+    words += [
+        "agent",
+        "task",
+        "stage",
+        "plan",
+        "code",
+        "test",
+        "review",
+        "def",
+        "return",
+        "import",
+        "class",
+        "the",
+        "and",
+        "of",
+        "to",
+        "in",
+    ]
     lines = []
     for _ in range(n_lines):
         k = int(rng.integers(5, 20))
@@ -57,11 +79,20 @@ def build_tokenizer(path: Path, seed: int = 0):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     special = ["<s>", "</s>", "<unk>"]
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=special, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB,
+        special_tokens=special,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(_corpus(seed), trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
-                                   unk_token="<unk>", model_max_length=MAX_POSITIONS)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        model_max_length=MAX_POSITIONS,
+    )
     fast.save_pretrained(str(path))
     return fast
 
@@ -80,16 +111,25 @@ def build_tiny_model(path: str | Path, seed: int = 0) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     tok = build_tokenizer(out, seed)
     cfg = LlamaConfig(
-        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE,
-        num_hidden_layers=LAYERS, num_attention_heads=Q_HEADS, num_key_value_heads=KV_HEADS,
-        max_position_embeddings=MAX_POSITIONS, rms_norm_eps=1e-5, tie_word_embeddings=False,
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=None,
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=INTERMEDIATE,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=Q_HEADS,
+        num_key_value_heads=KV_HEADS,
+        max_position_embeddings=MAX_POSITIONS,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=None,
         torch_dtype=DTYPE,
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(cfg).to(getattr(torch, DTYPE))
     model.save_pretrained(str(out), safe_serialization=True)
     n_params = sum(p.numel() for p in model.parameters())
-    (out / "topas_tiny_model.json").write_text(json.dumps(
-        {**SHAPE, "params": n_params, "seed": seed, "dtype": DTYPE}, indent=2) + "\n")
+    (out / "topas_tiny_model.json").write_text(
+        json.dumps({**SHAPE, "params": n_params, "seed": seed, "dtype": DTYPE}, indent=2) + "\n"
+    )
     return out

@@ -20,5 +20,13 @@ from topas.policies.topas.flagship import DEPARTURES, TopasHold, flagship_params
 from topas.policies.topas.policy import DEFAULTS, Topas, TopasOracle
 from topas.policies.topas.search import Choice
 
-__all__ = ["DEFAULTS", "DEPARTURES", "Choice", "Context", "Topas", "TopasHold", "TopasOracle",
-           "flagship_params"]
+__all__ = [
+    "DEFAULTS",
+    "DEPARTURES",
+    "Choice",
+    "Context",
+    "Topas",
+    "TopasHold",
+    "TopasOracle",
+    "flagship_params",
+]

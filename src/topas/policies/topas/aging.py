@@ -80,8 +80,7 @@ class Aging:
             return math.inf
         return done[min(len(done) - 1, int(self.tail_q * len(done)))]
 
-    def task_ranks(self, snap: Snapshot, build: Callable[[TaskState], object]
-                   ) -> dict[int, int]:
+    def task_ranks(self, snap: Snapshot, build: Callable[[TaskState], object]) -> dict[int, int]:
         """Rank aging: task id -> number of unfinished tasks ranked after it (``younger_i``).
 
         Strict-ish task priority: a task's weight grows with the number of unfinished tasks
@@ -113,12 +112,18 @@ class Aging:
             if not by_size:
                 order = sorted(tasks.values(), key=lambda t: (t.arrival_s, t.task_id))
             elif late_before > -math.inf:
-                order = sorted(tasks.values(), key=lambda t: (
-                    (0, t.arrival_s, t.task_id) if t.arrival_s < late_before else
-                    (1, keys.get(t.task_id, inf), t.arrival_s, t.task_id)))
+                order = sorted(
+                    tasks.values(),
+                    key=lambda t: (
+                        (0, t.arrival_s, t.task_id)
+                        if t.arrival_s < late_before
+                        else (1, keys.get(t.task_id, inf), t.arrival_s, t.task_id)
+                    ),
+                )
             else:
-                order = sorted(tasks.values(), key=lambda t: (
-                    keys.get(t.task_id, inf), t.arrival_s, t.task_id))
+                order = sorted(
+                    tasks.values(), key=lambda t: (keys.get(t.task_id, inf), t.arrival_s, t.task_id)
+                )
             n_t = len(order)
             self._rank = (ids, {t.task_id: n_t - 1 - k for k, t in enumerate(order)})
         return self._rank[1]

@@ -27,8 +27,9 @@ class _Cand:
 
     __slots__ = ("req", "agent", "tokens", "gain", "task_id", "stage", "l_i", "age_w")
 
-    def __init__(self, req: RequestState, tokens: int, gain: float, l_i: float,
-                 age_w: float) -> None:
+    def __init__(
+        self, req: RequestState, tokens: int, gain: float, l_i: float, age_w: float
+    ) -> None:
         self.req = req
         self.agent = req.agent
         self.tokens = tokens
@@ -76,25 +77,30 @@ class Context(GreedyPack):
         self.reserve = reserve
         running = snap.running
         prefixes = snap.prefixes
-        self.free0 = (snap.free_kv_tokens - sum(reserve(r) for r in running)
-                      - pol._committed_tokens)
-        self.resident0 = frozenset(a for a, p in prefixes.items()
-                                   if p.location == Location.DEVICE)
+        self.free0 = snap.free_kv_tokens - sum(reserve(r) for r in running) - pol._committed_tokens
+        self.resident0 = frozenset(a for a, p in prefixes.items() if p.location == Location.DEVICE)
         self.running_by_agent: dict[str, list[RequestState]] = {}
         for r in running:
             self.running_by_agent.setdefault(r.agent, []).append(r)
         # a prefix being swapped in or recomputed, or one a held context continues (users
         # beyond its running requests), cannot be evicted this decision
-        self.pinned = frozenset(a for a in self.resident0
-                                if prefixes[a].transfer in ("in", "compute")
-                                or prefixes[a].users > len(self.running_by_agent.get(a, ()))
-                                or a in pol._committed_agents)
+        self.pinned = frozenset(
+            a
+            for a in self.resident0
+            if prefixes[a].transfer in ("in", "compute")
+            or prefixes[a].users > len(self.running_by_agent.get(a, ()))
+            or a in pol._committed_agents
+        )
         waiting_agents = {r.agent for r in snap.waiting}
         self.active = set(self.resident0) | set(self.running_by_agent) | waiting_agents
         self.defer_s = pol.deferral_s(snap, out_mean)
         # H_age feeds only log aging and revoke_value="current" (rank aging never reads it)
-        h_age = (pol.h_age(snap) if (pol.aging and pol.rho != 0 and pol.age_form == "log")
-                 or (pol.use_revoke and pol.revoke_value == "current") else 1.0)
+        h_age = (
+            pol.h_age(snap)
+            if (pol.aging and pol.rho != 0 and pol.age_form == "log")
+            or (pol.use_revoke and pol.revoke_value == "current")
+            else 1.0
+        )
         # J_redo and the KV a preemption gives back, and J_revoke, per running request
         self.redo, self.release = pol.preemption_costs(snap, reserve)
         self.revoke = pol.revoke_costs(snap, self.defer_s, h_age)
@@ -141,8 +147,11 @@ class Context(GreedyPack):
                 if rank is not None:
                     w = weights[tid] = 1.0 + pol.rho * rank[tid]
                 else:
-                    w = weights[tid] = (1.0 + pol.rho * math.log1p(
-                        max(0.0, now - ts.arrival_s) / h_age)) if aged else 1.0
+                    w = weights[tid] = (
+                        (1.0 + pol.rho * math.log1p(max(0.0, now - ts.arrival_s) / h_age))
+                        if aged
+                        else 1.0
+                    )
             if info.chain:
                 # the only ready stage, nothing running: deferring shifts every path by D_t
                 delta, l_now = self.defer_s, info.l_i
@@ -160,8 +169,9 @@ class Context(GreedyPack):
                 base = rsv_cache[r.agent] = int(ratio * out_mean(r.agent)) if ratio > 0 else 0
             rsv = base - gen_t
             g = w * delta
-            c = _Cand(r, tokens + (rsv if rsv > step else step), floor if floor > g else g,
-                      l_now, w)
+            c = _Cand(
+                r, tokens + (rsv if rsv > step else step), floor if floor > g else g, l_now, w
+            )
             cands.append(c)
             cs = by_task.get(tid)
             if cs is None:
@@ -190,6 +200,7 @@ class Context(GreedyPack):
                 groups.setdefault(c.agent, []).append(c)
             mode = pol.group_agents
             if mode != "best":
+
                 def value(a: str) -> float:
                     g = groups[a]
                     v = sum(c.gain for c in g)
@@ -199,6 +210,7 @@ class Context(GreedyPack):
                             kv += snap.prefixes[a].tokens
                         v /= max(kv, 1)
                     return v
+
                 order_a = sorted(groups, key=lambda a: -value(a))
                 groups = {a: groups[a] for a in order_a}
             cands = [c for g in groups.values() for c in g]
@@ -224,8 +236,9 @@ class Context(GreedyPack):
                     lst.append(c.gain)
         self._memo: dict[tuple, Choice | None] = {}
 
-    def head_of_line(self, cands: list[_Cand],
-                     out_mean: Callable[[str], float] | None = None) -> list[_Cand]:
+    def head_of_line(
+        self, cands: list[_Cand], out_mean: Callable[[str], float] | None = None
+    ) -> list[_Cand]:
         """The candidates before the first one that cannot fit even if every earlier one is
         admitted and every idle prefix is evicted (``hol_block``): memory that frees up then
         goes to that request, not to requests it outranks (head-of-line blocking, as FCFS,
@@ -234,8 +247,11 @@ class Context(GreedyPack):
         snap = self.snap
         prefixes = snap.prefixes
         free = self.free0
-        evictable = {a: prefixes[a].tokens for a in self.resident0
-                     if a not in self.pinned and a not in self.running_by_agent}
+        evictable = {
+            a: prefixes[a].tokens
+            for a in self.resident0
+            if a not in self.pinned and a not in self.running_by_agent
+        }
         free += sum(evictable.values())
         resident = set(self.resident0)
         batch = len(snap.running)
@@ -248,16 +264,24 @@ class Context(GreedyPack):
             if need > free or batch >= snap.config.max_batch_requests:
                 if out_mean is None or batch >= snap.config.max_batch_requests:
                     return cands[:i]
-                return cands[:i] + self.backfill(need, cands[i + 1:], free, resident,
-                                                 evictable, batch, out_mean)
+                return cands[:i] + self.backfill(
+                    need, cands[i + 1 :], free, resident, evictable, batch, out_mean
+                )
             resident.add(c.agent)
             free -= need
             batch += 1
         return cands
 
-    def backfill(self, head_need: int, rest: list[_Cand], free: int, resident: set[str],
-                 evictable: dict[str, int], batch: int, out_mean: Callable[[str], float]
-                 ) -> list[_Cand]:
+    def backfill(
+        self,
+        head_need: int,
+        rest: list[_Cand],
+        free: int,
+        resident: set[str],
+        evictable: dict[str, int],
+        batch: int,
+        out_mean: Callable[[str], float],
+    ) -> list[_Cand]:
         """EASY backfilling behind the blocked head (it needs ``head_need`` tokens, ``free``
         are free with every idle prefix evicted).  Its *shadow time* ``T`` is when the running
         requests, finishing in order of expected remaining service, will have freed enough
@@ -296,7 +320,8 @@ class Context(GreedyPack):
             if take > free:
                 continue
             dur = cost.prefill_time(max(1, c.req.prompt_tokens), c.req.prefix_tokens) + (
-                out_mean(c.agent) * step)
+                out_mean(c.agent) * step
+            )
             if dur > shadow:
                 if take > extra:
                     continue

@@ -51,14 +51,29 @@ class TopasHold(Topas):
     """TOPAS whose decision is extended with context holds and pressure releases."""
 
     #: TOPAS's parameters and Continuum's tool-duration learner's (topas.policies.params)
-    PARAMS = (*Topas.PARAMS,
-              *(p for p in Continuum.PARAMS if p.name not in ("reserve_ratio", "window")),
-              choice("holds", "after", ("off", "after", "first"), "when contexts are held: "
-                     "around TOPAS's admissions, before them, or never"))
+    PARAMS = (
+        *Topas.PARAMS,
+        *(p for p in Continuum.PARAMS if p.name not in ("reserve_ratio", "window")),
+        choice(
+            "holds",
+            "after",
+            ("off", "after", "first"),
+            "when contexts are held: around TOPAS's admissions, before them, or never",
+        ),
+    )
 
-    def __init__(self, seed: int = 0, memory_weight: float = 1.0, cold_mean_s: float = 1.0,
-                 max_ttl_s: float = 30.0, min_samples: int = 3, slack_s: float = 0.05,
-                 holds: str = "after", name: str = "topas-hold", **params) -> None:
+    def __init__(
+        self,
+        seed: int = 0,
+        memory_weight: float = 1.0,
+        cold_mean_s: float = 1.0,
+        max_ttl_s: float = 30.0,
+        min_samples: int = 3,
+        slack_s: float = 0.05,
+        holds: str = "after",
+        name: str = "topas-hold",
+        **params,
+    ) -> None:
         super().__init__(seed=seed, name=name, **params)
         if holds not in ("off", "after", "first"):
             raise ValueError(f"{name}: holds={holds!r} must be 'off', 'after' or 'first'")
@@ -66,8 +81,14 @@ class TopasHold(Topas):
         #: admission and the search packs into what they leave; "off": the paper's TOPAS
         self.holds = holds
         # the tool-duration learner (and its parameter checks) is Continuum's
-        self.tools = Continuum(seed=seed, memory_weight=memory_weight, cold_mean_s=cold_mean_s,
-                               max_ttl_s=max_ttl_s, min_samples=min_samples, slack_s=slack_s)
+        self.tools = Continuum(
+            seed=seed,
+            memory_weight=memory_weight,
+            cold_mean_s=cold_mean_s,
+            max_ttl_s=max_ttl_s,
+            min_samples=min_samples,
+            slack_s=slack_s,
+        )
 
     # -- the TTL ----------------------------------------------------------------------------
     def ttl_s(self, snap: Snapshot, key: tuple[int, str]) -> float:
@@ -80,10 +101,16 @@ class TopasHold(Topas):
     def _offered(self, snap: Snapshot, arrival) -> list[tuple[tuple[int, str], object]]:
         """Contexts offered this event whose stage is in its tool call, oldest task first."""
         now, tasks = snap.time_s, snap.tasks
-        return sorted(((k, h) for k, h in snap.held.items()
-                       if h.expires_s <= now and k[0] in tasks
-                       and tasks[k[0]].stages[k[1]].status == StageStatus.TOOL),
-                      key=lambda kv: arrival(kv[0][0]))
+        return sorted(
+            (
+                (k, h)
+                for k, h in snap.held.items()
+                if h.expires_s <= now
+                and k[0] in tasks
+                and tasks[k[0]].stages[k[1]].status == StageStatus.TOOL
+            ),
+            key=lambda kv: arrival(kv[0][0]),
+        )
 
     def decide(self, snap: Snapshot) -> Decision:
         if self.holds == "off":
@@ -150,20 +177,27 @@ class TopasHold(Topas):
         extra: list[int] = []
         release: list[tuple[int, str]] = []
         left = [r for r in snap.waiting if r.request_id not in set(base.admit)]
-        blocked: RequestState | None = min(left, key=lambda r: (arrival(r.task_id), r.seq),
-                                           default=None)
+        blocked: RequestState | None = min(
+            left, key=lambda r: (arrival(r.task_id), r.seq), default=None
+        )
         if blocked is not None and plan.batch < snap.config.max_batch_requests:
             need = plan.need(blocked)
             if need > plan.free:
                 mine = arrival(blocked.task_id)
                 idle = plan.batch == 0  # the engine would run nothing: any hold may go
-                live = sorted((k for k, h in snap.held.items()
-                               if (h.expires_s > now or k in early)
-                               and (idle or arrival(k[0]) > mine)
-                               and k != (blocked.task_id, blocked.stage)
-                               and k[0] in tasks
-                               and tasks[k[0]].stages[k[1]].status == StageStatus.TOOL),
-                              key=lambda k: arrival(k[0]), reverse=True)
+                live = sorted(
+                    (
+                        k
+                        for k, h in snap.held.items()
+                        if (h.expires_s > now or k in early)
+                        and (idle or arrival(k[0]) > mine)
+                        and k != (blocked.task_id, blocked.stage)
+                        and k[0] in tasks
+                        and tasks[k[0]].stages[k[1]].status == StageStatus.TOOL
+                    ),
+                    key=lambda k: arrival(k[0]),
+                    reverse=True,
+                )
                 gain = 0
                 chosen: list[tuple[int, str]] = []
                 for k in live:
@@ -188,8 +222,11 @@ class TopasHold(Topas):
         for key, h in self._offered(snap, arrival):
             if key in admitted_keys or key in hold:
                 continue  # its next call starts now, or held before admission
-            if blocked is not None and not extra and (
-                    plan.batch == 0 or arrival(key[0]) > arrival(blocked.task_id)):
+            if (
+                blocked is not None
+                and not extra
+                and (plan.batch == 0 or arrival(key[0]) > arrival(blocked.task_id))
+            ):
                 continue  # memory is short for an older task, or for an idle engine
             if h.agent not in plan.resident:
                 continue  # TOPAS evicts its prefix: the context would be unusable
@@ -202,14 +239,25 @@ class TopasHold(Topas):
         credit = dict(base.credit)
         for rid in extra:
             credit[rid] = 0.0
-        return Decision(admit=base.admit + tuple(extra), preempt=base.preempt,
-                        evict=tuple(plan.evicted), drop=base.drop, load=base.load, hold=hold,
-                        release=tuple(release), credit=credit)
+        return Decision(
+            admit=base.admit + tuple(extra),
+            preempt=base.preempt,
+            evict=tuple(plan.evicted),
+            drop=base.drop,
+            load=base.load,
+            hold=hold,
+            release=tuple(release),
+            credit=credit,
+        )
 
 
-@register("topas-hold", "TOPAS + context reuse: hold a ReAct call's KV through its tool call "
-          "when the learned tool delay is short vs re-prefilling it (Continuum's TTL), release "
-          "under memory pressure from older tasks", source="our extension (docs/extensions.md)")
+@register(
+    "topas-hold",
+    "TOPAS + context reuse: hold a ReAct call's KV through its tool call "
+    "when the learned tool delay is short vs re-prefilling it (Continuum's TTL), release "
+    "under memory pressure from older tasks",
+    source="our extension (docs/extensions.md)",
+)
 def _topas_hold(seed: int = 0, **params) -> TopasHold:
     return TopasHold(seed=seed, **params)
 
@@ -217,9 +265,12 @@ def _topas_hold(seed: int = 0, **params) -> TopasHold:
 _topas_hold.PARAMS = TopasHold.PARAMS
 
 
-@register("topas-aged-revoke", "TOPAS with revoke_value='current': a preemption swap also "
-          "pays the aged gain the displaced request would have if waiting (review question 2)",
-          source="our extension (docs/topas.md, review question 2)")
+@register(
+    "topas-aged-revoke",
+    "TOPAS with revoke_value='current': a preemption swap also "
+    "pays the aged gain the displaced request would have if waiting (review question 2)",
+    source="our extension (docs/topas.md, review question 2)",
+)
 def _topas_aged_revoke(seed: int = 0, **params) -> Topas:
     params.setdefault("revoke_value", "current")
     return Topas(seed=seed, name="topas-aged-revoke", **params)
@@ -271,10 +322,13 @@ def flagship_params(off: tuple[str, ...] = ()) -> dict:
     return out
 
 
-@register("topas", "TOPAS, our flagship: the paper's Score and prefix-set search plus context "
-          "holds before admission, no preemption, uncapped admissions, rank task priority, "
-          "prefix-group packing by gain per KV token, head-of-line blocking with backfilling",
-          source="TOPAS (arXiv 2608.25523) + our departures (docs/topas.md)")
+@register(
+    "topas",
+    "TOPAS, our flagship: the paper's Score and prefix-set search plus context "
+    "holds before admission, no preemption, uncapped admissions, rank task priority, "
+    "prefix-group packing by gain per KV token, head-of-line blocking with backfilling",
+    source="TOPAS (arXiv 2608.25523) + our departures (docs/topas.md)",
+)
 def _topas(seed: int = 0, **params) -> TopasHold:
     # ``params`` come checked and converted by make_policy (``off``: a tuple of departures)
     off = params.pop("off", ())
@@ -282,6 +336,12 @@ def _topas(seed: int = 0, **params) -> TopasHold:
 
 
 #: the flagship's defaults are the departures; ``off`` reverts some of them
-_topas.PARAMS = (*with_defaults(TopasHold.PARAMS, flagship_params()),
-                 subset("off", (), DEPARTURES, "departures reverted to the paper's choice, "
-                        "joined by + (e.g. off=holds+reserve)"))
+_topas.PARAMS = (
+    *with_defaults(TopasHold.PARAMS, flagship_params()),
+    subset(
+        "off",
+        (),
+        DEPARTURES,
+        "departures reverted to the paper's choice, joined by + (e.g. off=holds+reserve)",
+    ),
+)

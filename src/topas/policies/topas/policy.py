@@ -54,14 +54,25 @@ class Topas(Aging, Terms):
 
     #: declared parameters (topas.policies.params)
     PARAMS = (
-        integer("M", DEFAULTS["M"], "enumerate every prefix subset when at most M agents "
-                "compete (2^M Score evaluations)", hi=16),
-        integer("K", DEFAULTS["K"], "max admissions (and preemptions) per decision", lo=1,
-                hi=1_000_000),
+        integer(
+            "M",
+            DEFAULTS["M"],
+            "enumerate every prefix subset when at most M agents compete (2^M Score evaluations)",
+            hi=16,
+        ),
+        integer(
+            "K", DEFAULTS["K"], "max admissions (and preemptions) per decision", lo=1, hi=1_000_000
+        ),
         real("beta", DEFAULTS["beta"], "weight of the reuse term V_reuse", hi=1e6),
         real("rho", DEFAULTS["rho"], "aging strength", hi=1e6),
-        real("H_age", DEFAULTS["H_age"], "aging time scale (s); none: running median of stage "
-             "service times", lo_open=True, hi=1e9, nullable=True),
+        real(
+            "H_age",
+            DEFAULTS["H_age"],
+            "aging time scale (s); none: running median of stage service times",
+            lo_open=True,
+            hi=1e9,
+            nullable=True,
+        ),
         N_SAMPLES,
         RESERVE_RATIO,
         flag("reuse", True, "the V_reuse term (false: ablation)"),
@@ -69,58 +80,136 @@ class Topas(Aging, Terms):
         flag("move", True, "the J_move term (prefix move-in/out time)"),
         flag("redo", True, "the J_redo term (work a preemption redoes)"),
         flag("revoke", True, "the J_revoke term (gain a preemption takes back)"),
-        real("min_gain_s", DEFAULTS["min_gain_s"], "admit nothing whose gain is below this "
-             "(s)", hi=3_600.0),
-        flag("joint_gain", DEFAULTS["joint_gain"], "gain of requests of one task counted "
-             "jointly"),
-        choice("redo_cost", "engine", ("engine", "decode"), "what J_redo charges: the work "
-               "this engine redoes, or the paper's decode time only"),
-        choice("revoke_value", "credit", ("credit", "current"), "a preemption revokes the "
-               "credited gain, or the displaced request's current aged gain"),
-        integer("max_preempt", None, "max preemptions per decision (none: K)", hi=1_000_000,
-                nullable=True),
-        choice("age_form", "log", ("log", "rank"), "log: the paper's g_i; rank: 1 + rho * "
-               "unfinished younger tasks"),
-        choice("rank_key", "arrival", ("arrival", "finish", "remaining"), "what rank aging "
-               "ranks tasks by: arrival time, or arrival + size_weight * E[LP] with E[LP] "
-               "estimated when the task is first seen (finish) or at its latest state "
-               "change (remaining; a large size_weight gives SRPT order)"),
-        real("size_weight", 1.0, "seconds of arrival one second of expected path is worth in "
-             "the rank key (rank_key finish or remaining)", hi=1e6),
-        real("size_gate", 0.0, "with a size rank key and residual=correlated: use the "
-             "size key only while the learned within-task correlation a^2 is at least this "
-             "(0: always)", hi=1.0),
-        real("size_cv", 0.0, "with a size rank key: use the size key only while the "
-             "coefficient of variation of this run's tasks' E[LP] when first seen (10 tasks "
-             "or more) is at least this -- task sizes that differ visibly at arrival (0: "
-             "always; with size_gate, either opens it)", hi=10.0),
-        real("tail_q", 0.0, "with rank aging: a task older than this quantile of the "
-             "run's finished tasks' JCTs ranks ahead of every task that is not, oldest first "
-             "(bounds overtaking by a size rank key; 0: off)", hi=0.999),
+        real(
+            "min_gain_s",
+            DEFAULTS["min_gain_s"],
+            "admit nothing whose gain is below this (s)",
+            hi=3_600.0,
+        ),
+        flag("joint_gain", DEFAULTS["joint_gain"], "gain of requests of one task counted jointly"),
+        choice(
+            "redo_cost",
+            "engine",
+            ("engine", "decode"),
+            "what J_redo charges: the work this engine redoes, or the paper's decode time only",
+        ),
+        choice(
+            "revoke_value",
+            "credit",
+            ("credit", "current"),
+            "a preemption revokes the credited gain, or the displaced request's current aged gain",
+        ),
+        integer(
+            "max_preempt",
+            None,
+            "max preemptions per decision (none: K)",
+            hi=1_000_000,
+            nullable=True,
+        ),
+        choice(
+            "age_form",
+            "log",
+            ("log", "rank"),
+            "log: the paper's g_i; rank: 1 + rho * unfinished younger tasks",
+        ),
+        choice(
+            "rank_key",
+            "arrival",
+            ("arrival", "finish", "remaining"),
+            "what rank aging "
+            "ranks tasks by: arrival time, or arrival + size_weight * E[LP] with E[LP] "
+            "estimated when the task is first seen (finish) or at its latest state "
+            "change (remaining; a large size_weight gives SRPT order)",
+        ),
+        real(
+            "size_weight",
+            1.0,
+            "seconds of arrival one second of expected path is worth in "
+            "the rank key (rank_key finish or remaining)",
+            hi=1e6,
+        ),
+        real(
+            "size_gate",
+            0.0,
+            "with a size rank key and residual=correlated: use the "
+            "size key only while the learned within-task correlation a^2 is at least this "
+            "(0: always)",
+            hi=1.0,
+        ),
+        real(
+            "size_cv",
+            0.0,
+            "with a size rank key: use the size key only while the "
+            "coefficient of variation of this run's tasks' E[LP] when first seen (10 tasks "
+            "or more) is at least this -- task sizes that differ visibly at arrival (0: "
+            "always; with size_gate, either opens it)",
+            hi=10.0,
+        ),
+        real(
+            "tail_q",
+            0.0,
+            "with rank aging: a task older than this quantile of the "
+            "run's finished tasks' JCTs ranks ahead of every task that is not, oldest first "
+            "(bounds overtaking by a size rank key; 0: off)",
+            hi=0.999,
+        ),
         flag("hol_block", False, "admit nothing past the first candidate that cannot fit"),
-        flag("backfill", False, "with hol_block: admit a later candidate past the blocked "
-             "one when it is expected to finish before the blocked one could fit, or fits "
-             "beside it then (EASY backfilling)"),
-        choice("group_agents", "none", ("none", "best", "density"), "GREEDYPACK order: by "
-               "gain, agent groups following candidates, or groups by gain per KV token"),
-        choice("residual", "independent", ("independent", "correlated"), "E[LP]'s stage "
-               "residuals: independent (the paper), or correlated within a task by a factor "
-               "learned online (topas.estimators.copula, review H1)"),
+        flag(
+            "backfill",
+            False,
+            "with hol_block: admit a later candidate past the blocked "
+            "one when it is expected to finish before the blocked one could fit, or fits "
+            "beside it then (EASY backfilling)",
+        ),
+        choice(
+            "group_agents",
+            "none",
+            ("none", "best", "density"),
+            "GREEDYPACK order: by "
+            "gain, agent groups following candidates, or groups by gain per KV token",
+        ),
+        choice(
+            "residual",
+            "independent",
+            ("independent", "correlated"),
+            "E[LP]'s stage "
+            "residuals: independent (the paper), or correlated within a task by a factor "
+            "learned online (topas.estimators.copula, review H1)",
+        ),
     )
 
-    def __init__(self, seed: int = 0, M: int = DEFAULTS["M"], K: int = DEFAULTS["K"],
-                 beta: float = DEFAULTS["beta"], rho: float = DEFAULTS["rho"],
-                 H_age: float | None = DEFAULTS["H_age"], n_samples: int = 64,
-                 reserve_ratio: float = 0.5, reuse: bool = True, aging: bool = True,
-                 move: bool = True, redo: bool = True, revoke: bool = True,
-                 min_gain_s: float = DEFAULTS["min_gain_s"],
-                 joint_gain: bool = DEFAULTS["joint_gain"], redo_cost: str = "engine",
-                 revoke_value: str = "credit", max_preempt: int | None = None,
-                 age_form: str = "log", hol_block: bool = False, group_agents: str = "none",
-                 rank_key: str = "arrival", size_weight: float = 1.0, backfill: bool = False,
-                 tail_q: float = 0.0, residual: str = "independent", size_gate: float = 0.0,
-                 size_cv: float = 0.0,
-                 name: str = "topas-paper") -> None:
+    def __init__(
+        self,
+        seed: int = 0,
+        M: int = DEFAULTS["M"],
+        K: int = DEFAULTS["K"],
+        beta: float = DEFAULTS["beta"],
+        rho: float = DEFAULTS["rho"],
+        H_age: float | None = DEFAULTS["H_age"],
+        n_samples: int = 64,
+        reserve_ratio: float = 0.5,
+        reuse: bool = True,
+        aging: bool = True,
+        move: bool = True,
+        redo: bool = True,
+        revoke: bool = True,
+        min_gain_s: float = DEFAULTS["min_gain_s"],
+        joint_gain: bool = DEFAULTS["joint_gain"],
+        redo_cost: str = "engine",
+        revoke_value: str = "credit",
+        max_preempt: int | None = None,
+        age_form: str = "log",
+        hol_block: bool = False,
+        group_agents: str = "none",
+        rank_key: str = "arrival",
+        size_weight: float = 1.0,
+        backfill: bool = False,
+        tail_q: float = 0.0,
+        residual: str = "independent",
+        size_gate: float = 0.0,
+        size_cv: float = 0.0,
+        name: str = "topas-paper",
+    ) -> None:
         if M < 0 or K < 1:
             raise ValueError(f"topas: M={M} must be >= 0 and K={K} >= 1")
         if beta < 0 or rho < 0:
@@ -132,8 +221,7 @@ class Topas(Aging, Terms):
         if redo_cost not in ("engine", "decode"):
             raise ValueError(f"topas: redo_cost={redo_cost!r} must be 'engine' or 'decode'")
         if revoke_value not in ("credit", "current"):
-            raise ValueError(f"topas: revoke_value={revoke_value!r} must be 'credit' or "
-                             "'current'")
+            raise ValueError(f"topas: revoke_value={revoke_value!r} must be 'credit' or 'current'")
         if max_preempt is not None and max_preempt < 0:
             raise ValueError(f"topas: max_preempt={max_preempt} must be >= 0 or None (= K)")
         if age_form not in ("log", "rank"):
@@ -142,13 +230,15 @@ class Topas(Aging, Terms):
         self.hol_block = bool(hol_block)
         self.backfill = bool(backfill)
         if group_agents not in ("none", "best", "density"):
-            raise ValueError(f"topas: group_agents={group_agents!r} must be 'none', 'best' "
-                             "or 'density'")
+            raise ValueError(
+                f"topas: group_agents={group_agents!r} must be 'none', 'best' or 'density'"
+            )
         self.group_agents = group_agents
         self.age_form = age_form
         if rank_key not in ("arrival", "finish", "remaining"):
-            raise ValueError(f"topas: rank_key={rank_key!r} must be 'arrival', 'finish' or "
-                             "'remaining'")
+            raise ValueError(
+                f"topas: rank_key={rank_key!r} must be 'arrival', 'finish' or 'remaining'"
+            )
         if not size_weight >= 0:
             raise ValueError(f"topas: size_weight={size_weight} must be >= 0")
         self.rank_key, self.size_weight = rank_key, size_weight
@@ -176,20 +266,21 @@ class Topas(Aging, Terms):
         self.use_move, self.use_redo, self.use_revoke = move, redo, revoke
         self.seed = seed
         if residual not in ("independent", "correlated"):
-            raise ValueError(f"topas: residual={residual!r} must be 'independent' or "
-                             "'correlated'")
+            raise ValueError(f"topas: residual={residual!r} must be 'independent' or 'correlated'")
         self.residual = residual
         if not 0 <= size_gate <= 1 or (size_gate > 0 and residual != "correlated"):
-            raise ValueError(f"topas: size_gate={size_gate} must be in [0, 1] and needs "
-                             "residual='correlated'")
+            raise ValueError(
+                f"topas: size_gate={size_gate} must be in [0, 1] and needs residual='correlated'"
+            )
         self.size_gate = size_gate
         if not 0 <= size_cv < float("inf"):
             raise ValueError(f"topas: size_cv={size_cv} must be a finite number >= 0")
         self.size_cv = size_cv
         #: size_cv: (count, sum, sum of squares) of the run's tasks' first-sight E[LP] (s)
         self._first_lp = (0, 0.0, 0.0)
-        self.mc = MonteCarloLP(EmpiricalResidual(), n_samples=n_samples, seed=seed,
-                               correlated=residual == "correlated")
+        self.mc = MonteCarloLP(
+            EmpiricalResidual(), n_samples=n_samples, seed=seed, correlated=residual == "correlated"
+        )
         self._lookahead: dict[int, tuple[int, tuple[str, ...]]] = {}
         self._la_counts: dict[str, int] = {}  #: n_a(t) summed over ``_lookahead``
         self._median: tuple[int, float] = (-1, 0.0)
@@ -242,8 +333,9 @@ class Topas(Aging, Terms):
                 return fallback
         if best is None or not (best.admit or best.preempt or best.evict):
             return Decision()
-        return Decision(admit=best.admit, preempt=best.preempt, evict=best.evict,
-                        credit=dict(best.credit))
+        return Decision(
+            admit=best.admit, preempt=best.preempt, evict=best.evict, credit=dict(best.credit)
+        )
 
     def idle_admission(self, snap: Snapshot) -> Decision | None:
         """For an empty engine: the oldest task's waiting request that fits (evicting idle
@@ -277,9 +369,12 @@ class TopasOracle(Topas):
         self.mc = MonteCarloLP(TrueResidual(fn), n_samples=1, seed=self.seed)
 
 
-@register("topas-paper", "TOPAS as the paper specifies it: Score = aged task-progress gain - "
-          "prefix moves - redo - revoke + one-hop reuse, GREEDYPACK + prefix-set search",
-          source="TOPAS (arXiv 2608.25523)")
+@register(
+    "topas-paper",
+    "TOPAS as the paper specifies it: Score = aged task-progress gain - "
+    "prefix moves - redo - revoke + one-hop reuse, GREEDYPACK + prefix-set search",
+    source="TOPAS (arXiv 2608.25523)",
+)
 def _topas_paper(seed: int = 0, **params) -> Topas:
     return Topas(seed=seed, **params)
 
@@ -287,8 +382,11 @@ def _topas_paper(seed: int = 0, **params) -> Topas:
 _topas_paper.PARAMS = Topas.PARAMS
 
 
-@register("topas-base", "TOPAS without the reuse term and without aging (paper's TOPAS-base)",
-          source="TOPAS ablation")
+@register(
+    "topas-base",
+    "TOPAS without the reuse term and without aging (paper's TOPAS-base)",
+    source="TOPAS ablation",
+)
 def _topas_base(seed: int = 0, **params) -> Topas:
     return Topas(seed=seed, reuse=False, aging=False, name="topas-base", **params)
 
@@ -312,8 +410,11 @@ def _topas_noaging(seed: int = 0, **params) -> Topas:
 _topas_noaging.PARAMS = without(Topas.PARAMS, "aging")
 
 
-@register("topas-oracle", "TOPAS with the true residual service times instead of estimates "
-          "(clairvoyant upper reference)", source="TOPAS, oracle residuals")
+@register(
+    "topas-oracle",
+    "TOPAS with the true residual service times instead of estimates (clairvoyant upper reference)",
+    source="TOPAS, oracle residuals",
+)
 def _topas_oracle(seed: int = 0, **params) -> Topas:
     return TopasOracle(seed=seed, name="topas-oracle", **params)
 

@@ -65,8 +65,12 @@ class GreedyPack:
         core = allowed & self.fixed
         hit = self._memo.get((core, None))
         if hit is None:
-            preempt = [r.request_id for a, rs in self.running_by_agent.items()
-                       if a not in allowed for r in rs]
+            preempt = [
+                r.request_id
+                for a, rs in self.running_by_agent.items()
+                if a not in allowed
+                for r in rs
+            ]
             if len(preempt) > pol.max_preempt:
                 self._memo[(core, None)] = (None,)
                 return None
@@ -82,8 +86,11 @@ class GreedyPack:
         preempt, evict, free0 = hit
         min_need = self.min_need
         prefixes = snap.prefixes
-        useful = frozenset(a for a in allowed if a in min_need and min_need[a] + (
-            0 if a in core else prefixes[a].tokens) <= free0)
+        useful = frozenset(
+            a
+            for a in allowed
+            if a in min_need and min_need[a] + (0 if a in core else prefixes[a].tokens) <= free0
+        )
         key = (core, useful)
         if key in self._memo:
             return self._memo[key]
@@ -101,8 +108,9 @@ class GreedyPack:
             return math.inf
         allowed = allowed | self.pinned
         pol = self.pol
-        pre = [r.request_id for a, rs in self.running_by_agent.items()
-               if a not in allowed for r in rs]
+        pre = [
+            r.request_id for a, rs in self.running_by_agent.items() if a not in allowed for r in rs
+        ]
         if len(pre) > pol.max_preempt:
             return -math.inf
         lost = 0.0
@@ -118,11 +126,17 @@ class GreedyPack:
                 gains.extend(g)
         if len(gains) > pol.K:
             gains.sort(reverse=True)
-            del gains[pol.K:]
+            del gains[pol.K :]
         return sum(gains) + sum(self.reuse.get(a, 0.0) for a in allowed) - lost
 
-    def _pack(self, allowed: frozenset[str], core: frozenset[str], preempt: list[int],
-              evict: list[str], free: int) -> Choice:
+    def _pack(
+        self,
+        allowed: frozenset[str],
+        core: frozenset[str],
+        preempt: list[int],
+        evict: list[str],
+        free: int,
+    ) -> Choice:
         """GREEDYPACK's admission loop and Score for the agents ``allowed`` to admit, after
         the preemptions and evictions fixed by the prefix set."""
         pol, snap = self.pol, self.snap
@@ -174,18 +188,26 @@ class GreedyPack:
                     if o.req.request_id not in done:
                         gains[o.req.request_id] = self.cond_gain(o, tuple(hs))
                 if pol.group_agents == "none":  # grouped: the order is fixed for the decision
-                    order = sorted((x for x in cands if x.req.request_id not in done),
-                                   key=lambda x: (-gains.get(x.req.request_id, x.gain),
-                                                  x.l_i, x.req.seq))
+                    order = sorted(
+                        (x for x in cands if x.req.request_id not in done),
+                        key=lambda x: (-gains.get(x.req.request_id, x.gain), x.l_i, x.req.seq),
+                    )
                     i = 0
             elif new_prefix:
                 i = 0  # requests of this agent skipped before may fit now
                 order = [x for x in order if x.req.request_id not in done]
         return self._score(admitted, preempt, evict, resident, j_admit, credit, done)
 
-    def _score(self, admitted: list[int], preempt: list[int], evict: list[str],
-               resident: set[str], j_admit: float, credit: list[tuple[int, float]],
-               done: set[int]) -> Choice:
+    def _score(
+        self,
+        admitted: list[int],
+        preempt: list[int],
+        evict: list[str],
+        resident: set[str],
+        j_admit: float,
+        credit: list[tuple[int, float]],
+        done: set[int],
+    ) -> Choice:
         """The Score terms (seconds) of a packed state."""
         pol = self.pol
         r_in = resident - self.resident0
@@ -200,9 +222,15 @@ class GreedyPack:
             j_revoke = sum(self.revoke[r] for r in preempt)
         v_reuse = sum(self.reuse.get(a, 0.0) for a in resident)
         score = j_admit - j_move - j_redo - j_revoke + v_reuse
-        return Choice(score, tuple(admitted), tuple(preempt), tuple(sorted(evict)),
-                      tuple(credit), frozenset(resident),
-                      (j_admit, j_move, j_redo, j_revoke, v_reuse))
+        return Choice(
+            score,
+            tuple(admitted),
+            tuple(preempt),
+            tuple(sorted(evict)),
+            tuple(credit),
+            frozenset(resident),
+            (j_admit, j_move, j_redo, j_revoke, v_reuse),
+        )
 
 
 def exhaustive(ctx: Context, agents: list[str], max_preempt: int) -> Choice | None:
@@ -215,8 +243,7 @@ def exhaustive(ctx: Context, agents: list[str], max_preempt: int) -> Choice | No
     bar = full.score - 1e-6 if full is not None and ctx._busy(full) else None
     # a set that leaves out the agent of a running request preempts it; with no
     # preemption allowed GREEDYPACK rejects such a set, so it is skipped here
-    must = (frozenset(ctx.running_by_agent) - ctx.pinned
-            if max_preempt == 0 else frozenset())
+    must = frozenset(ctx.running_by_agent) - ctx.pinned if max_preempt == 0 else frozenset()
     best: Choice | None = None
     for n in range(len(must), len(agents) + 1):
         for sub in itertools.combinations(agents, n):

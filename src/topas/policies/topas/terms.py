@@ -34,8 +34,7 @@ from topas.engine.snapshot import Phase, RequestState, Snapshot, StageStatus, Ta
 from topas.estimators import TaskMC
 
 
-def running_left_s(snap: Snapshot, out_mean: Callable[[str], float]
-                   ) -> tuple[float, list[float]]:
+def running_left_s(snap: Snapshot, out_mean: Callable[[str], float]) -> tuple[float, list[float]]:
     """The current batch's decode step time and, per running request (in ``snap.running``
     order), its expected remaining service: expected output still to decode (at least a
     quarter of the mean) at that step, plus the prompt left to prefill.  Seconds."""
@@ -47,8 +46,7 @@ def running_left_s(snap: Snapshot, out_mean: Callable[[str], float]
         mean = out_mean(r.agent)
         t = max(mean - r.generated_tokens, 0.25 * mean) * step
         if r.phase != Phase.DECODE:
-            t += cost.prefill_time(max(1, r.prompt_tokens - r.prefilled_tokens),
-                                   r.prefix_tokens)
+            t += cost.prefill_time(max(1, r.prompt_tokens - r.prefilled_tokens), r.prefix_tokens)
         lefts.append(t)
     return step, lefts
 
@@ -90,8 +88,11 @@ class Terms:
         chain = len(e.ready) == 1 and not e.running
         info = TaskInfo(ts.version, e, chain, e.expected_lp(snap.time_s) if chain else 0.0)
         self._task_info[ts.task_id] = info
-        if self.rank_key != "arrival" and self.age_form == "rank" and (
-                self.rank_key == "remaining" or ts.task_id not in self._rank_keys):
+        if (
+            self.rank_key != "arrival"
+            and self.age_form == "rank"
+            and (self.rank_key == "remaining" or ts.task_id not in self._rank_keys)
+        ):
             lp = info.l_i if chain else e.expected_lp(snap.time_s)
             if ts.task_id not in self._rank_keys:
                 n, s1, s2 = self._first_lp
@@ -99,8 +100,9 @@ class Terms:
             self._rank_keys[ts.task_id] = ts.arrival_s + self.size_weight * lp
         return info
 
-    def _move_costs(self, snap: Snapshot, agents: Iterable[str]
-                    ) -> tuple[dict[str, float], dict[str, float]]:
+    def _move_costs(
+        self, snap: Snapshot, agents: Iterable[str]
+    ) -> tuple[dict[str, float], dict[str, float]]:
         """``c_in(a)``: swap-in time ``mu l_a / B_swap`` with a host copy, else the prefix's
         prefill time; ``c_out(a)``: swap-out time when evicting needs a transfer (host tier,
         no host copy yet), else 0.  Seconds; cached per (tokens, host copy, host tier)."""
@@ -113,8 +115,11 @@ class Terms:
             key = (p.tokens, p.on_host, host_tier)
             hit = self._moves.get(a)
             if hit is None or hit.key != key:
-                cin = cost.swap_time(p.tokens) if p.on_host else (
-                    cost.prefill_time(p.tokens) if p.tokens else 0.0)
+                cin = (
+                    cost.swap_time(p.tokens)
+                    if p.on_host
+                    else (cost.prefill_time(p.tokens) if p.tokens else 0.0)
+                )
                 cout = cost.swap_time(p.tokens) if (host_tier and not p.on_host) else 0.0
                 hit = self._moves[a] = _MoveCost(key, cin, cout)
             c_in[a] = hit.c_in
@@ -134,8 +139,9 @@ class Terms:
             best = min(best, out_mean(r.agent) * step)
         return best if best < math.inf else 1.0
 
-    def preemption_costs(self, snap: Snapshot, reserve: Callable[[RequestState], int]
-                         ) -> tuple[dict[int, float], dict[int, int]]:
+    def preemption_costs(
+        self, snap: Snapshot, reserve: Callable[[RequestState], int]
+    ) -> tuple[dict[int, float], dict[int, int]]:
         """Per running request: ``J_redo`` (s) and the KV tokens preempting it gives back
         (its KV and its output reservation ``reserve``).  Empty with no preemption allowed
         (``max_preempt=0``): no state that preempts is ever scored -- GREEDYPACK and its
@@ -212,10 +218,10 @@ class Terms:
             for st in ts.stages.values():
                 if st.status != StageStatus.PENDING:
                     continue
-                preds = [ts.stages[d] for d in st.deps
-                         if ts.stages[d].status != StageStatus.DONE]
-                if preds and all(p.status in (StageStatus.RUNNING, StageStatus.TOOL)
-                                 for p in preds):
+                preds = [ts.stages[d] for d in st.deps if ts.stages[d].status != StageStatus.DONE]
+                if preds and all(
+                    p.status in (StageStatus.RUNNING, StageStatus.TOOL) for p in preds
+                ):
                     agents.append(st.agent)
             if hit is not None:
                 for a in hit[1]:

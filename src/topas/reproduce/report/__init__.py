@@ -19,9 +19,21 @@ from topas.reproduce.report.paper import PAPER, PAPER_CITATION
 from topas.reproduce.report.render import render_markdown
 from topas.reproduce.report.tables import Reproduction, main_table_rows
 
-__all__ = ["METRICS", "PAPER", "PAPER_CITATION", "Reproduction", "fmt", "fmt_stat",
-           "main_table_rows", "make_figures", "md_to_html", "pct", "render_markdown", "table",
-           "write_report"]
+__all__ = [
+    "METRICS",
+    "PAPER",
+    "PAPER_CITATION",
+    "Reproduction",
+    "fmt",
+    "fmt_stat",
+    "main_table_rows",
+    "make_figures",
+    "md_to_html",
+    "pct",
+    "render_markdown",
+    "table",
+    "write_report",
+]
 
 
 def write_report(rep: Reproduction, out_dir: Path) -> list[Path]:
@@ -30,7 +42,5 @@ def write_report(rep: Reproduction, out_dir: Path) -> list[Path]:
     img = make_figures(rep, out_dir / "img")
     md = render_markdown(rep, img)
     atomic_write_text(out_dir / "results.md", md + "\n")
-    atomic_write_text(out_dir / "results.html",
-                      md_to_html(md, "TOPAS reproduction results"))
-    return [out_dir / "results.md", out_dir / "results.html",
-            *[out_dir / p for p in img.values()]]
+    atomic_write_text(out_dir / "results.html", md_to_html(md, "TOPAS reproduction results"))
+    return [out_dir / "results.md", out_dir / "results.html", *[out_dir / p for p in img.values()]]

@@ -9,10 +9,14 @@ import re
 
 from markdown_it import MarkdownIt
 
-METRICS = (("mean_jct_s", "mean JCT (s)", False), ("p99_jct_s", "p99 JCT (s)", False),
-           ("throughput_requests_per_s", "throughput (req/s)", True))
+METRICS = (
+    ("mean_jct_s", "mean JCT (s)", False),
+    ("p99_jct_s", "p99 JCT (s)", False),
+    ("throughput_requests_per_s", "throughput (req/s)", True),
+)
 
 # -- formatting ------------------------------------------------------------------------------
+
 
 def fmt(x: float, digits: int = 3) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
@@ -44,13 +48,15 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-_STYLE = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;"
-          "padding:0 1em;line-height:1.45;color:#222}"
-          "table{border-collapse:collapse;margin:1em 0;font-size:90%}"
-          "th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}"
-          "th:first-child,td:first-child{text-align:left}"
-          "code{background:#f4f4f4;padding:0 3px;font-size:90%}"
-          "pre{background:#f4f4f4;padding:8px;overflow-x:auto}img{max-width:100%}")
+_STYLE = (
+    "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;"
+    "padding:0 1em;line-height:1.45;color:#222}"
+    "table{border-collapse:collapse;margin:1em 0;font-size:90%}"
+    "th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}"
+    "th:first-child,td:first-child{text-align:left}"
+    "code{background:#f4f4f4;padding:0 3px;font-size:90%}"
+    "pre{background:#f4f4f4;padding:8px;overflow-x:auto}img{max-width:100%}"
+)
 
 
 def slug(text: str) -> str:
@@ -67,6 +73,9 @@ def md_to_html(md: str, title: str) -> str:
         if tok.type == "heading_open" and k + 1 < len(tokens):
             tok.attrSet("id", slug(tokens[k + 1].content))
     body = parser.renderer.render(tokens, parser.options, {})
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>\n"
-            + body + "</body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>\n"
+        + body
+        + "</body></html>\n"
+    )

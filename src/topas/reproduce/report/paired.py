@@ -29,12 +29,15 @@ def scoreboard(rows: list[dict]) -> dict:
 
     ok = [r for r in rows if TARGET_POLICY in r]
     t = [r[TARGET_POLICY] for r in ok]
-    return {"cells": len(rows), "compared": len(ok),
-            "at_or_below": sum(x["vs_best"].mean_pct <= 0 for x in t),
-            "wins": sum(x["vs_best"].significant_gain for x in t),
-            "losses": sum(x["vs_best"].significant_loss for x in t),
-            "p99_within_5": sum(x["p99_vs_best"].mean_pct <= 5.0 for x in t),
-            "worst": max((x["vs_best"].mean_pct for x in t), default=float("nan"))}
+    return {
+        "cells": len(rows),
+        "compared": len(ok),
+        "at_or_below": sum(x["vs_best"].mean_pct <= 0 for x in t),
+        "wins": sum(x["vs_best"].significant_gain for x in t),
+        "losses": sum(x["vs_best"].significant_loss for x in t),
+        "p99_within_5": sum(x["p99_vs_best"].mean_pct <= 5.0 for x in t),
+        "worst": max((x["vs_best"].mean_pct for x in t), default=float("nan")),
+    }
 
 
 def render_paired(rep, img: dict[str, str]) -> list[str]:
@@ -56,19 +59,30 @@ def render_paired(rep, img: dict[str, str]) -> list[str]:
         "baseline is the one with the lowest mean JCT over the seeds; the cell is the mean "
         "per-seed relative difference `(policy - best) / best` with its 95 % t-interval "
         "(negative: faster than the best baseline). A verdict of *win* / *loss* means the "
-        "interval excludes 0. p99 is compared with the best baseline by p99.")
+        "interval excludes 0. p99 is compared with the best baseline by p99."
+    )
     L.append("")
-    L.append(f"**Scoreboard** ({sc['compared']} workload x cache cells): `topas` at or below "
-             f"the best baseline's mean JCT in {sc['at_or_below']}, a significant win in "
-             f"{sc['wins']}, a significant loss in {sc['losses']}; p99 within 5 % of the best "
-             f"baseline's in {sc['p99_within_5']}; worst mean difference "
-             f"{sc['worst']:+.1f} %.")
+    L.append(
+        f"**Scoreboard** ({sc['compared']} workload x cache cells): `topas` at or below "
+        f"the best baseline's mean JCT in {sc['at_or_below']}, a significant win in "
+        f"{sc['wins']}, a significant loss in {sc['losses']}; p99 within 5 % of the best "
+        f"baseline's in {sc['p99_within_5']}; worst mean difference "
+        f"{sc['worst']:+.1f} %."
+    )
     L.append("")
     if "paired" in img:
         L += [f"![paired comparison]({img['paired']})", ""]
-    hdr = ["workload (rate, tasks)", "cache", "best baseline: mean JCT (s)",
-           f"{TARGET_POLICY}: mean JCT (s)", "topas vs best [95% CI]", "wins", "verdict",
-           "p99 vs best p99 [95% CI]", f"{PAPER_POLICY} vs best [95% CI]"]
+    hdr = [
+        "workload (rate, tasks)",
+        "cache",
+        "best baseline: mean JCT (s)",
+        f"{TARGET_POLICY}: mean JCT (s)",
+        "topas vs best [95% CI]",
+        "wins",
+        "verdict",
+        "p99 vs best p99 [95% CI]",
+        f"{PAPER_POLICY} vs best [95% CI]",
+    ]
     trs = []
     for r in rows:
         t = r.get(TARGET_POLICY)
@@ -78,17 +92,28 @@ def render_paired(rep, img: dict[str, str]) -> list[str]:
             trs.append([lab, cc, "failed: " + ", ".join(r["failed"]), "", "", "", "", "", ""])
             continue
         pp = r.get(PAPER_POLICY)
-        trs.append([lab, cc, f"{r['best']} {r['best_mean']:.1f}", f"{t['mean']:.1f}",
-                    _cell(t["vs_best"]), f"{t['vs_best'].wins}/{t['vs_best'].n}",
-                    verdict(t["vs_best"]), f"{_cell(t['p99_vs_best'])} ({r['best_p99']})",
-                    _cell(pp["vs_best"]) if pp else "n/a"])
+        trs.append(
+            [
+                lab,
+                cc,
+                f"{r['best']} {r['best_mean']:.1f}",
+                f"{t['mean']:.1f}",
+                _cell(t["vs_best"]),
+                f"{t['vs_best'].wins}/{t['vs_best'].n}",
+                verdict(t["vs_best"]),
+                f"{_cell(t['p99_vs_best'])} ({r['best_p99']})",
+                _cell(pp["vs_best"]) if pp else "n/a",
+            ]
+        )
     from topas.reproduce.report.format import table
 
     L += [table(hdr, trs), ""]
-    L.append(f"Made by `{rep.command}`; one cell: `topas run --workload W --policy P --rate R "
-             "--tasks N --seed S` (add `--no-context-cache` for cache off). The same table from "
-             "the cache alone: `python benchmarks/paired.py --seeds 3-12 --cache-dir docs/cache "
-             "--also topas-paper`.")
+    L.append(
+        f"Made by `{rep.command}`; one cell: `topas run --workload W --policy P --rate R "
+        "--tasks N --seed S` (add `--no-context-cache` for cache off). The same table from "
+        "the cache alone: `python benchmarks/paired.py --seeds 3-12 --cache-dir docs/cache "
+        "--also topas-paper`."
+    )
     L.append("")
     return L
 
@@ -119,7 +144,8 @@ def render_departures(rep) -> list[str]:
         "reverts one of them to the paper's choice (`--param off=NAME`) and gives the paired "
         "change of mean JCT against the full flagship (positive: the departure helps), with "
         f"its 95 % interval, engine context cache on, seeds {seeds[0]}-{seeds[-1]}, busy "
-        "rates.")
+        "rates."
+    )
     L.append("")
     trs = []
     for w in wls:
@@ -136,8 +162,10 @@ def render_departures(rep) -> list[str]:
     from topas.reproduce.report.format import table
 
     L += [table(["workload", *[f"without {d}" for d in DEPARTURES]], trs), ""]
-    L.append(f"Made by `{rep.command}`; one cell: `topas run --workload W --policy topas "
-             "--param off=NAME --rate R --tasks N --seed S`.")
+    L.append(
+        f"Made by `{rep.command}`; one cell: `topas run --workload W --policy topas "
+        "--param off=NAME --rate R --tasks N --seed S`."
+    )
     L.append("")
     return L
 
@@ -155,11 +183,17 @@ def paired_figure(rep, img_dir: Path) -> dict[str, str]:
         for r in rows:
             if r["cache"] != cc:
                 continue
-            d = {p: (r[p]["vs_best"].mean_pct, r[p]["vs_best"].lo_pct, r[p]["vs_best"].hi_pct)
-                 for p in (TARGET_POLICY, PAPER_POLICY) if p in r}
+            d = {
+                p: (r[p]["vs_best"].mean_pct, r[p]["vs_best"].lo_pct, r[p]["vs_best"].hi_pct)
+                for p in (TARGET_POLICY, PAPER_POLICY)
+                if p in r
+            }
             panel.append((r["workload"], d))
         panels[title] = panel
     seeds = rows[0]["seeds"] if rows else []
-    path = plots.paired_forest(img_dir / "paired.png", "topas and topas-paper vs the best "
-                               f"baseline per workload (seeds {seeds[0]}-{seeds[-1]})", panels)
+    path = plots.paired_forest(
+        img_dir / "paired.png",
+        f"topas and topas-paper vs the best baseline per workload (seeds {seeds[0]}-{seeds[-1]})",
+        panels,
+    )
     return {"paired": f"img/{path.name}"}

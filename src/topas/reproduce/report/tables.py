@@ -50,8 +50,14 @@ def main_table_rows(rep: Reproduction) -> list[dict]:
     for w in cfg.workloads:
         r = pl.busy_rate[w]
         jobs = [j for j in pl.sweep if j.workload == w and j.rate == r]
-        entry = {"workload": w, "rate": r, "n_tasks": jobs[0].n_tasks if jobs else 0,
-                 "stats": {}, "change": {}, "change_paper": {}}
+        entry = {
+            "workload": w,
+            "rate": r,
+            "n_tasks": jobs[0].n_tasks if jobs else 0,
+            "stats": {},
+            "change": {},
+            "change_paper": {},
+        }
         for key, _, hib in METRICS:
             st = _stats(rep, jobs, key)
             entry["stats"][key] = {p: st.get((w, r, p)) for p in cfg.policies}
@@ -84,21 +90,36 @@ def _sweep_table(rep: Reproduction, w: str, metric: str, digits: int = 3) -> str
     rates = _by_rate(pl.sweep).get(w, [])
     st = _stats(rep, [j for j in pl.sweep if j.workload == w], metric)
     rows = [[p] + [fmt_stat(st.get((w, r, p)), digits) for r in rates] for p in cfg.policies]
-    head = [f"{metric} \\ rate"] + [f"**{r:g}**" if r == pl.busy_rate.get(w) else f"{r:g}"
-                                    for r in rates]
+    head = [f"{metric} \\ rate"] + [
+        f"**{r:g}**" if r == pl.busy_rate.get(w) else f"{r:g}" for r in rates
+    ]
     return table(head, rows)
 
 
 def _policy_table(rep: Reproduction, jobs, policies, offered: float) -> str:
-    keys = ("mean_jct_s", "p99_jct_s", "jct_over_lower_bound", "throughput_tasks_per_s",
-            "throughput_requests_per_s")
+    keys = (
+        "mean_jct_s",
+        "p99_jct_s",
+        "jct_over_lower_bound",
+        "throughput_tasks_per_s",
+        "throughput_requests_per_s",
+    )
     st = {k: _stats(rep, jobs, k) for k in keys}
     w, r = jobs[0].workload, jobs[0].rate
     rows = []
     for p in policies:
         rows.append([p] + [fmt_stat(st[k].get((w, r, p))) for k in keys])
-    return table(["policy", "mean JCT (s)", "p99 JCT (s)", "JCT / LB",
-                  f"task throughput (offered {offered:g})", "req/s"], rows)
+    return table(
+        [
+            "policy",
+            "mean JCT (s)",
+            "p99 JCT (s)",
+            "JCT / LB",
+            f"task throughput (offered {offered:g})",
+            "req/s",
+        ],
+        rows,
+    )
 
 
 def _ablation_table(rep: Reproduction, jobs, policies) -> str:
@@ -117,5 +138,13 @@ def _ablation_table(rep: Reproduction, jobs, policies) -> str:
             cm = pct(100 * (full_m.mean - m.mean) / m.mean)
             cp = pct(100 * (full_p.mean - q.mean) / q.mean)
         rows.append([p, fmt_stat(m), fmt_stat(q), cm, cp])
-    return table(["policy", "mean JCT (s)", "p99 JCT (s)", "topas-paper vs this: mean",
-                  "topas-paper vs this: p99"], rows)
+    return table(
+        [
+            "policy",
+            "mean JCT (s)",
+            "p99 JCT (s)",
+            "topas-paper vs this: mean",
+            "topas-paper vs this: p99",
+        ],
+        rows,
+    )
