@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from topas.cli import JSON_KEYS, main
+from topas.cli import main
+from topas.cli_run import JSON_KEYS
 
 
 def test_run_json_prints_summary(capsys):

@@ -8,7 +8,8 @@ import pytest
 
 from topas.engine.cost import CostModel, Hardware, ModelShape
 from topas.integrations.vllm import calibrate
-from topas.integrations.vllm.calibrate import fit, iteration_row, measure
+from topas.integrations.vllm.calibrate import measure
+from topas.integrations.vllm.fit import fit, iteration_row
 from topas.integrations.vllm.tiny_model import SHAPE
 
 PARAMS = 4_458_752.0

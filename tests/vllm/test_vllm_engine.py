@@ -326,8 +326,8 @@ def test_final_call_offers_no_context(engine):
 
 def test_iteration_trace_records_every_engine_step(engine):
     from topas.api import sample_tasks
-    from topas.integrations.vllm.calibrate import IterationTrace
     from topas.integrations.vllm.driver import DriveConfig, InProcessBackend, drive, scale_tasks
+    from topas.integrations.vllm.fit import IterationTrace
 
     eng, sched = engine
     steps = []

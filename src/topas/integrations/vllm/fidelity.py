@@ -11,12 +11,9 @@ from pathlib import Path
 import numpy as np
 
 from topas.engine.cost import Profile
-from topas.integrations.vllm.calibrate import (
-    IterationTrace,
-    fit,
-    speed_index,
-)
+from topas.integrations.vllm.calibrate import speed_index
 from topas.integrations.vllm.driver import CPU_BLOCK
+from topas.integrations.vllm.fit import IterationTrace, fit
 
 
 def run_real(
