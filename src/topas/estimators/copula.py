@@ -30,11 +30,15 @@ residual is read at by correlated ones, leaving every stage's marginal (its pool
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from statistics import NormalDist
 
 import numpy as np
 
 from topas.engine.snapshot import Snapshot, StageStatus, TaskState
+
+#: a residual model's pool: ``(snap, agent, kind) -> (service_s, rounds, output_tokens)``
+PoolFn = Callable[[Snapshot, str, str], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 _SQRT1_2 = 1.0 / math.sqrt(2.0)
 _STD_NORMAL = NormalDist()
@@ -48,7 +52,8 @@ def norm_cdf(x: np.ndarray) -> np.ndarray:
         0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
     )
     erf = 1.0 - poly * np.exp(-z * z)
-    return 0.5 * (1.0 + np.where(x >= 0, erf, -erf))
+    out: np.ndarray = 0.5 * (1.0 + np.where(x >= 0, erf, -erf))
+    return out
 
 
 def norm_ppf(p: float) -> float:
@@ -128,7 +133,7 @@ class TaskFactor:
         equal = int(np.searchsorted(srt, tokens, side="right")) - below
         return norm_ppf((below + 0.5 * equal + 0.5) / (n + 1))
 
-    def _observe(self, snap: Snapshot, task: TaskState, pool) -> dict[str, float]:
+    def _observe(self, snap: Snapshot, task: TaskState, pool: PoolFn) -> dict[str, float]:
         """Score the task's newly finished stages and count their pairs."""
         scores = self._scores.setdefault(task.task_id, {})
         if task.stages_done == len(scores):
@@ -146,7 +151,7 @@ class TaskFactor:
             scores[name] = x
         return scores
 
-    def uniforms(self, snap: Snapshot, task: TaskState, u: np.ndarray, pool) -> np.ndarray:
+    def uniforms(self, snap: Snapshot, task: TaskState, u: np.ndarray, pool: PoolFn) -> np.ndarray:
         """Sampling quantiles ``(S, stages)`` for the task's stages (columns in
         ``task.order``, like ``u``): ``u`` itself while ``a^2 = 0``.  ``pool(snap,
         agent, kind)`` gives the (service, rounds, output tokens) pool of a stage kind."""
@@ -167,6 +172,6 @@ class TaskFactor:
         mean = a * sum(scores.values()) / ((1.0 - a2) * prec)
         factor = mean + w[:, :1] / math.sqrt(prec)
         x = a * factor + math.sqrt(1.0 - a2) * w[:, 1:]
-        out = np.minimum(norm_cdf(x), 1.0 - 1e-12)
+        out: np.ndarray = np.minimum(norm_cdf(x), 1.0 - 1e-12)
         self._u[task.task_id] = (key, out)
         return out

@@ -17,6 +17,7 @@ since they were built (``max(Z - dt, 0)``), which keeps them current without res
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import cast
 
 import numpy as np
 
@@ -71,7 +72,7 @@ class TaskMC:
         self.running = running
         self.z = z  #: (S, V) residual samples, seconds
         self.built_s = built_s
-        self._memo: dict[tuple, float] = {}
+        self._memo: dict[tuple[object, ...], float] = {}
         self._memo_key = -1.0
 
     def _z_at(self, now_s: float) -> np.ndarray:
@@ -167,7 +168,7 @@ class MonteCarloLP:
         #: model returned the very same array object reuses the column (identity, and the
         #: array is kept alive here so its identity cannot be reused)
         self._cols: dict[tuple[int, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        self._run_ref = -1
+        self._run_ref: object = -1
 
     def _u(self, task: TaskState) -> np.ndarray:
         u = self._uniforms.get(task.task_id)
@@ -217,7 +218,8 @@ class MonteCarloLP:
             }
         u = self._u(task)
         if self.copula is not None:
-            u = self.copula.uniforms(snap, task, u, self.residual.pool)
+            # checked in __init__: a correlated estimator's residual model has pools
+            u = self.copula.uniforms(snap, task, u, cast(EmpiricalResidual, self.residual).pool)
         names: list[str] = []
         cols: list[np.ndarray] = []
         ready: list[int] = []

@@ -28,11 +28,14 @@ matrix by inverse CDF (common random numbers).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
 
+from topas.engine.cost import CostModel
 from topas.engine.snapshot import Snapshot, StageState, StageStatus, TaskState
+from topas.workflow.model import Task
 
 #: quantiles of the prior output-length spread, relative to ``prior_output_tokens``
 PRIOR_QUANTILES = (0.25, 0.5, 1.0, 1.5, 2.75)
@@ -74,8 +77,11 @@ class EmpiricalResidual:
         self.prior_prompt_tokens = prior_prompt_tokens
         self.prior_output_tokens = prior_output_tokens
         # pools are rebuilt when the history of their key grows (history is append-only)
-        self._pools: dict[tuple[str, str], tuple[int, int, np.ndarray, np.ndarray, np.ndarray]] = {}
-        self._prior: dict[tuple[int, str], np.ndarray] = {}
+        #: (agent, kind) -> (history length, the history mapping it came from, pool arrays)
+        self._pools: dict[
+            tuple[str, str], tuple[int, object, np.ndarray, np.ndarray, np.ndarray]
+        ] = {}
+        self._prior: dict[str, tuple[CostModel, np.ndarray]] = {}
         self._sorted: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
 
     # -- pools ------------------------------------------------------------------------------
@@ -131,8 +137,9 @@ class EmpiricalResidual:
         z, rounds, toks = self.pool(snap, stage.agent, stage.kind)
         k = stage.rounds_done
         y = stage.output_tokens + generated_tokens
-        started = stage.started_s is not None and stage.status != StageStatus.PENDING
-        e = snap.time_s - stage.started_s if started else 0.0
+        started_s = stage.started_s
+        started = started_s is not None and stage.status != StageStatus.PENDING
+        e = snap.time_s - started_s if started_s is not None and started else 0.0
         if not started and k == 0 and y == 0:
             # unconditioned: the sorted pool, memoised with the pool (history is append-only)
             key = (stage.agent, stage.kind)
@@ -159,7 +166,7 @@ class TrueResidual:
     the tool delays between them.  ``oracle(task_id) -> Task`` comes from the engine's
     ``bind_oracle`` hook.  One value per stage (no uncertainty)."""
 
-    def __init__(self, oracle) -> None:
+    def __init__(self, oracle: Callable[[int], Task]) -> None:
         self.oracle = oracle
         self._cache: dict[tuple[int, str], tuple[float, list[float]]] = {}
 
