@@ -12,5 +12,5 @@ echo "Ray venv: $VENV"
 export RAY_USAGE_STATS_ENABLED=0
 unset RAY_ADDRESS  # the tests start their own Ray; one cluster test sets --ray-address
 # -p no:cacheprovider keeps the CI clone clean
-exec timeout 600 "$VENV/bin/python" -m pytest -m ray tests/ray -p no:cacheprovider \
+exec timeout 900 "$VENV/bin/python" -m pytest -m ray tests/ray -p no:cacheprovider \
   -o addopts="" -q
