@@ -57,44 +57,12 @@ from topas.engine.cost import DEFAULT_PROFILE, get_profile
 from topas.engine.snapshot import StageStatus
 from topas.estimators import MonteCarloLP
 from topas.estimators.residual import EmpiricalResidual
+from topas.metrics.paired import t95
 from topas.workflow.model import Task
 from topas.workloads import get_workload
 
 PAIRS = [("mapreduce", "mapreduce-hard"), ("plan-execute", "plan-execute-hard")]
 POINTS = ("arrival", "midway")
-#: two-sided 95 % Student t quantiles by degrees of freedom (1..30); 1.96 beyond
-_T95 = [
-    12.706,
-    4.303,
-    3.182,
-    2.776,
-    2.571,
-    2.447,
-    2.365,
-    2.306,
-    2.262,
-    2.228,
-    2.201,
-    2.179,
-    2.160,
-    2.145,
-    2.131,
-    2.120,
-    2.110,
-    2.101,
-    2.093,
-    2.086,
-    2.080,
-    2.074,
-    2.069,
-    2.064,
-    2.060,
-    2.056,
-    2.052,
-    2.048,
-    2.045,
-    2.042,
-]
 
 
 def ci95(xs: list[float]) -> tuple[float, float]:
@@ -102,7 +70,7 @@ def ci95(xs: list[float]) -> tuple[float, float]:
     m = statistics.fmean(xs)
     if len(xs) < 2:
         return m, math.nan
-    t = _T95[len(xs) - 2] if len(xs) - 1 <= len(_T95) else 1.96
+    t = t95(len(xs) - 1)
     return m, t * statistics.stdev(xs) / math.sqrt(len(xs))
 
 
