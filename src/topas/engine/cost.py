@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +85,7 @@ class Profile:
     max_batch_requests: int = 256
     preemption: str = "sglang"
     notes: str = ""
-    calibration: dict = field(default_factory=dict)
+    calibration: dict[str, Any] = field(default_factory=dict)
 
     def cost_model(self) -> CostModel:
         return CostModel(self.hardware, self.model)
@@ -91,7 +93,7 @@ class Profile:
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
 
-    def with_overrides(self, **kw) -> Profile:
+    def with_overrides(self, **kw: Any) -> Profile:
         return replace(self, **kw)
 
     def time_scaled(self, factor: float) -> Profile:
@@ -375,7 +377,7 @@ register_profile(
 DEFAULT_PROFILE = "a100-80g/qwen2.5-32b"
 
 
-def profile_from_dict(d: dict, where: str = "profile") -> Profile:
+def profile_from_dict(d: Mapping[str, Any], where: str = "profile") -> Profile:
     try:
         hw = Hardware(**d["hardware"])
         model = ModelShape(**d["model"])

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
-_EMPTY: Mapping = MappingProxyType({})
+#: the default of both mapping fields (their key types differ; nothing is ever looked up in it)
+_EMPTY: Mapping[Any, float] = MappingProxyType({})
 
 
 class DecisionError(RuntimeError):

@@ -76,4 +76,4 @@ class SimResult:
     makespan_s: float
     wall_s: float
     kv_trace: list[tuple[float, int]] = field(default_factory=list)
-    timeline: list[tuple] = field(default_factory=list)
+    timeline: list[tuple[object, ...]] = field(default_factory=list)

@@ -21,7 +21,7 @@ rules live here and both engines call them:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from topas.engine.decision import Decision, DecisionError
@@ -57,7 +57,10 @@ class KVFootprint:
 
 
 def kv_footprint(
-    prefixes: Mapping[str, PrefixState], running, held: Mapping[Key, HeldContext], now: float
+    prefixes: Mapping[str, PrefixState],
+    running: Iterable[RequestState],
+    held: Mapping[Key, HeldContext],
+    now: float,
 ) -> KVFootprint:
     """The one definition of KV use: every resident prefix once however many requests share
     it, each admitted request's own (block-rounded) tokens, each live held context."""
@@ -295,5 +298,7 @@ class EngineState:
             h.task_id, h.stage, h.agent, h.tokens, h.since_s, float(until), h.computed_tokens
         )
 
-    def footprint(self, running, held: Mapping[Key, HeldContext], now: float) -> KVFootprint:
+    def footprint(
+        self, running: Iterable[RequestState], held: Mapping[Key, HeldContext], now: float
+    ) -> KVFootprint:
         return kv_footprint(self.prefixes, running, held, now)

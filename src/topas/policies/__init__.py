@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from numbers import Integral
+from typing import TypeVar
 
 from topas._plugins import import_submodules
 from topas.policies.base import AdmissionPlan, Policy
@@ -49,13 +50,14 @@ class PolicyInfo:
 
 
 _REGISTRY: dict[str, PolicyInfo] = {}
+_F = TypeVar("_F", bound=Callable[..., Policy])
 
 
-def register(name: str, summary: str, source: str = "") -> Callable:
+def register(name: str, summary: str, source: str = "") -> Callable[[_F], _F]:
     """Class or factory decorator: ``@register("fcfs", "first come, first served")``.
     The factory is called as ``factory(seed=int, **params)``."""
 
-    def deco(factory: Callable[..., Policy]) -> Callable[..., Policy]:
+    def deco(factory: _F) -> _F:
         if name in _REGISTRY and _REGISTRY[name].factory is not factory:
             raise ValueError(f"policy {name!r}: registered twice")
         _REGISTRY[name] = PolicyInfo(name, factory, summary, source)
@@ -81,7 +83,7 @@ def policy_info(name: str) -> PolicyInfo:
     return _REGISTRY[name]
 
 
-def check_params(name: str, params: dict) -> dict:
+def check_params(name: str, params: dict[str, object]) -> dict[str, object]:
     """``params`` for policy ``name`` converted to their declared types; raises
     ``ValueError`` (unknown policy) or :class:`ParamError` naming the parameter."""
     if not isinstance(name, str):
@@ -103,6 +105,6 @@ def build_policy(name: str, seed: int = 0, params: Mapping[str, object] | None =
     return policy_info(name).factory(seed=int(seed), **kw)
 
 
-def make_policy(name: str, /, seed: int = 0, **params) -> Policy:
+def make_policy(name: str, /, seed: int = 0, **params: object) -> Policy:
     """:func:`build_policy` with the parameters as keywords."""
     return build_policy(name, seed, params)

@@ -40,7 +40,7 @@ class AttainedService:
     """Per-stage attained engine time (seconds) accumulated over successive decisions."""
 
     def __init__(self) -> None:
-        self._run_id = -1
+        self._run_id: object = -1
         self.reset()
 
     def reset(self) -> None:

@@ -15,11 +15,11 @@ prefix that a running or just-admitted request uses.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from topas.engine.decision import Decision
-from topas.engine.snapshot import Location, RequestState, Snapshot
-from topas.policies.params import RESERVE_RATIO
+from topas.engine.snapshot import Location, RequestState, Snapshot, StageRecord
+from topas.policies.params import RESERVE_RATIO, Param
 
 #: default KV reservation for a request's future output when no history exists (tokens)
 DEFAULT_OUTPUT_RESERVE_TOKENS = 256
@@ -33,7 +33,7 @@ class Policy(Protocol):
 
 
 _OUT_CACHE: dict[tuple[str, str | None], tuple[object, int, float]] = {}
-_LISTS_CACHE: dict[tuple[str, str | None], tuple[object, int, list]] = {}
+_LISTS_CACHE: dict[tuple[str, str | None], tuple[object, int, list[Sequence[StageRecord]]]] = {}
 _FAST_CACHE: dict[tuple[str, str | None], tuple[object, int, float]] = {}
 
 
@@ -268,7 +268,7 @@ class AdmissionPlan:
             if not self.try_admit(r, evict=evict) and stop_at_first_blocked:
                 break
 
-    def decision(self, **extra) -> Decision:
+    def decision(self, **extra: Any) -> Decision:
         return Decision(admit=tuple(self.admitted), evict=tuple(self.evicted), **extra)
 
 
@@ -278,12 +278,12 @@ class OrderedAdmission:
 
     name = ""
     #: declared parameters (topas.policies.params); subclasses with more extend this
-    PARAMS = (RESERVE_RATIO,)
+    PARAMS: tuple[Param, ...] = (RESERVE_RATIO,)
 
     def __init__(self, seed: int = 0, reserve_ratio: float = 0.5) -> None:
         self.reserve_ratio = reserve_ratio
 
-    def order(self, snap: Snapshot) -> list[RequestState]:  # pragma: no cover - abstract
+    def order(self, snap: Snapshot) -> Sequence[RequestState]:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def decide(self, snap: Snapshot) -> Decision:

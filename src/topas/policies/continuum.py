@@ -37,6 +37,7 @@ import math
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Sequence
 from itertools import accumulate
+from typing import Any
 
 from topas.engine.decision import Decision
 from topas.engine.snapshot import HeldContext, Phase, RequestState, Snapshot, StageStatus
@@ -198,7 +199,7 @@ class Continuum:
         self.min_samples = min_samples
         self.window = window
         self.slack_s = slack_s
-        self._run_id = -1
+        self._run_id: object = -1
         self._reset()
 
     def _reset(self) -> None:
@@ -211,7 +212,7 @@ class Continuum:
         #: ``observe``;
         #: rebuilt when ``samples`` holds another list or another length (set from outside:
         #: replace a list, do not edit it in place)
-        self._sorted: dict[tuple[str, str], list] = {}
+        self._sorted: dict[tuple[str, str], list[Any]] = {}  # [xs, sorted xs, prefix sums | None]
         #: the largest waiting ``seq`` observed, and the waiting requests seen by (task,
         #: stage): with ``Snapshot.waiting_fcfs`` a decision looks only at new requests and at
         #: those whose stage's tool start it records again (below), not at the whole queue
@@ -250,7 +251,7 @@ class Continuum:
         if len(self._tool_start) > 4 * max(16, len(snap.tasks)):
             self._tool_start = {k: v for k, v in self._tool_start.items() if k[0] in snap.tasks}
 
-    def _to_observe(self, snap: Snapshot, added: list[tuple[int, str]]) -> Sequence:
+    def _to_observe(self, snap: Snapshot, added: list[tuple[int, str]]) -> Sequence[RequestState]:
         """The waiting requests whose outcome in ``observe`` can differ from the previous
         decision's, in queue order: all of them unless the queue is in ``seq`` order
         (``waiting_fcfs``); then the tail of new ones plus the seen ones still waiting whose
@@ -281,7 +282,7 @@ class Continuum:
             return new
         return sorted([*old, *new], key=lambda r: r.seq)
 
-    def _sorted_samples(self, key: tuple[str, str], xs: Sequence[float]) -> list | None:
+    def _sorted_samples(self, key: tuple[str, str], xs: Sequence[float]) -> list[Any] | None:
         """The ``_sorted`` entry of ``xs`` (``samples[key]``): ``xs`` in ascending order,
         kept incrementally, and its prefix sums once computed.  None if ``xs`` holds a NaN."""
         got = self._sorted.get(key)
@@ -372,7 +373,7 @@ class Continuum:
         }
         release: list[tuple[int, str]] = []
 
-        def undo_pins_for(r, only_younger: bool) -> bool:
+        def undo_pins_for(r: RequestState, only_younger: bool) -> bool:
             """Undo pins (of programs younger than ``r``'s, or of any) youngest first until
             ``r`` is admitted; returns whether it was."""
             if not new_pins and not old_pins:

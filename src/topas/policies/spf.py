@@ -19,14 +19,14 @@ from topas.engine.snapshot import RequestState, Snapshot
 from topas.estimators import MonteCarloLP
 from topas.policies import register
 from topas.policies.base import AdmissionPlan
-from topas.policies.params import N_SAMPLES, RESERVE_RATIO
+from topas.policies.params import N_SAMPLES, RESERVE_RATIO, Param
 
 
 class SPF:
     """Shortest expected remaining task first (``L_i`` from the TOPAS estimator)."""
 
     name = "spf"
-    PARAMS = (RESERVE_RATIO, N_SAMPLES)
+    PARAMS: tuple[Param, ...] = (RESERVE_RATIO, N_SAMPLES)
 
     def __init__(self, seed: int = 0, reserve_ratio: float = 0.5, n_samples: int = 64) -> None:
         self.reserve_ratio = reserve_ratio

@@ -100,7 +100,7 @@ class SRPTContentionAware(SPF):
         pos = dict.fromkeys(queues, 0)
         plan = AdmissionPlan(snap, self.reserve_ratio)
         while True:
-            best: tuple | None = None
+            best: tuple[tuple[float, float, int], str, RequestState] | None = None
             for a, q in queues.items():
                 i = pos[a]
                 if i >= len(q):
