@@ -22,7 +22,9 @@ import math
 import time as _time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
+from topas.engine.core import EnginePolicy, SimCore
 from topas.engine.cost import Profile
 from topas.engine.jobs import _FORGET, _INJECT, _TASK_DONE, PolicyStalled
 from topas.engine.records import EngineCounters, SimResult
@@ -30,7 +32,7 @@ from topas.engine.simulator import Simulator
 from topas.engine.snapshot import TaskState
 from topas.engine.validate import validate_tasks
 from topas.routing.base import ClusterView, ReplicaView, Router, RouteRequest, RouterError
-from topas.workflow.model import Agent, Task
+from topas.workflow.model import Agent, Stage, Task
 
 __all__ = ["Cluster", "ClusterResult"]
 
@@ -79,13 +81,13 @@ class Cluster:
         tasks: Sequence[Task],
         agents: Mapping[str, Agent],
         profile: Profile,
-        make_policy: Callable[[], object],
+        make_policy: Callable[[], EnginePolicy],
         router: Router,
         *,
         replicas: int = 2,
         seed: int = 0,
         progress: Callable[[int], None] | None = None,
-        **engine_kw,
+        **engine_kw: Any,
     ) -> None:
         if not isinstance(replicas, int) or replicas < 1:
             raise ValueError(f"replicas {replicas!r}: must be an integer >= 1")
@@ -101,9 +103,9 @@ class Cluster:
             tasks, first.agents, first.config.kv_budget_tokens, first.config.block_size
         )
         ids = itertools.count(1)
-        truth: dict = {}
-        specs: dict = {}
-        n_done: dict = {}
+        truth: dict[int, Task] = {}
+        specs: dict[tuple[int, str], Stage] = {}
+        n_done: dict[int, int] = {}
         for i, s in enumerate(self.sims):
             s.replica_id = i
             s._cluster = self
@@ -133,7 +135,7 @@ class Cluster:
         views = []
         for s in self.sims:
 
-            def ctx(key, s=s) -> int:
+            def ctx(key: tuple[int, str], s: Simulator = s) -> int:
                 h = s.held.get(key)
                 if h is not None:
                     return h.tokens
@@ -220,12 +222,12 @@ class Cluster:
             self.sims[0]._stage_spec[(task_id, stage)].calls[round_index].prompt_tokens
         )
 
-    def _push(self, rid: int, t: float, kind: int, payload) -> None:
+    def _push(self, rid: int, t: float, kind: int, payload: object) -> None:
         self.sims[rid]._push(t, kind, payload)
         self._lb_ok[rid] = False
         self._ns_ok[rid] = False
 
-    def task_done(self, task_id: int, t: float, origin: Simulator) -> None:
+    def task_done(self, task_id: int, t: float, origin: SimCore) -> None:
         self._tasks_done += 1
         for rid in self._on.pop(task_id, ()):
             if self.sims[rid] is not origin:

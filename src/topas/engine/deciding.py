@@ -7,6 +7,7 @@ from __future__ import annotations
 import time as _time
 from bisect import bisect_left
 
+from topas.engine.core import SimCore
 from topas.engine.decision import Decision, DecisionError
 from topas.engine.jobs import (
     _HOLD,
@@ -18,7 +19,7 @@ from topas.engine.snapshot import (
 from topas.engine.state import EngineState, check
 
 
-class Deciding:
+class Deciding(SimCore):
     """Snapshot, decide, apply (a part of :class:`~topas.engine.simulator.Simulator`)."""
 
     def snapshot(self) -> Snapshot:

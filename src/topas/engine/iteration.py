@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import heapq
 import math
+from typing import Any
 
 import numpy as np
 
+from topas.engine.core import SimCore
 from topas.engine.jobs import (
     _ARRIVAL,
     _FORGET,
@@ -27,11 +29,11 @@ from topas.engine.snapshot import (
 )
 
 
-class Iteration:
+class Iteration(SimCore):
     """Events and iterations (a part of :class:`~topas.engine.simulator.Simulator`)."""
 
     # ------------------------------------------------------------------ events
-    def _handle(self, kind: int, payload) -> None:
+    def _handle(self, kind: int, payload: Any) -> None:
         if kind == _ARRIVAL:
             self._arrive(payload)
             self._schedule_next_arrival()
@@ -70,6 +72,7 @@ class Iteration:
         elif kind == _INJECT:
             self._parked = False
             ts, stage, round_index, cause = payload
+            assert self._cluster is not None  # routed events exist in cluster mode only
             self._cluster.landed(self.replica_id, ts.task_id, stage, round_index)
             self.tasks.setdefault(ts.task_id, ts)
             # ready when this engine sees it (after the iteration it landed in), as a
@@ -104,7 +107,7 @@ class Iteration:
             if j.req.agent == agent and j.req.phase == Phase.LOADING:
                 j.req.phase = Phase.PREFILL
 
-    def _step_prefill(self, decoders: list[_Job], prefillers: list) -> float:
+    def _step_prefill(self, decoders: list[_Job], prefillers: list[_Job | _PrefixJob]) -> float:
         """One mixed iteration: chunked prefill + one decode token per decoder."""
         budget = max(1, self.config.prefill_chunk_tokens - len(decoders))
         lin = len(decoders)

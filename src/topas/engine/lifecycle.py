@@ -5,11 +5,12 @@ finish, with the stage transitions of :class:`~topas.engine.state.EngineState`.
 from __future__ import annotations
 
 from topas.engine.bounds import context_credit, task_lower_bound
+from topas.engine.core import SimCore
 from topas.engine.jobs import (
     _TOOL,
     _Job,
 )
-from topas.engine.records import RequestRecord, TaskRecord
+from topas.engine.records import Preempted, RequestRecord, RequestSpan, TaskRecord
 from topas.engine.snapshot import (
     HeldContext,
     Location,
@@ -19,7 +20,7 @@ from topas.engine.snapshot import (
 from topas.engine.state import EngineState
 
 
-class Lifecycle:
+class Lifecycle(SimCore):
     """Admit, preempt and finish requests (a part of :class:`~topas.engine.simulator.Simulator`)."""
 
     # ------------------------------------------------------------------ request life cycle
@@ -112,7 +113,7 @@ class Lifecycle:
         EngineState.stage_requeued(ts, ts.stages[r.stage])
         self._note("preempt")
         if self.record_timeline:
-            self.timeline.append(("preempt", r.request_id, self.now))
+            self.timeline.append(Preempted("preempt", r.request_id, self.now))
 
     def _finish(self, job: _Job) -> None:
         r = job.req
@@ -152,7 +153,15 @@ class Lifecycle:
         )
         if self.record_timeline:
             self.timeline.append(
-                ("request", r.request_id, r.task_id, r.stage, r.agent, job.first_admit_s, self.now)
+                RequestSpan(
+                    "request",
+                    r.request_id,
+                    r.task_id,
+                    r.stage,
+                    r.agent,
+                    job.first_admit_s,
+                    self.now,
+                )
             )
         if self.progress is not None:
             self.progress(1)
@@ -174,7 +183,9 @@ class Lifecycle:
             if self._cluster is not None:
                 # replicas' clocks differ by up to one iteration: the task is done when its
                 # last stage anywhere is
-                t_done = max(t_done, max(s.done_s for s in ts.stages.values()))
+                t_done = max(
+                    t_done, max(s.done_s for s in ts.stages.values() if s.done_s is not None)
+                )
             ts.done_s = t_done
             del self.tasks[ts.task_id]
             if self._cluster is not None:

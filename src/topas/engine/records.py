@@ -4,8 +4,19 @@ counters and the run's result (the simulator and the vLLM driver both fill these
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal, NamedTuple
 
-__all__ = ["EngineCounters", "RequestRecord", "SimResult", "TaskRecord"]
+__all__ = [
+    "EngineCounters",
+    "PrefixIn",
+    "PrefixOut",
+    "Preempted",
+    "RequestRecord",
+    "RequestSpan",
+    "SimResult",
+    "TaskRecord",
+    "TimelineEvent",
+]
 
 
 @dataclass
@@ -64,6 +75,50 @@ class EngineCounters:
     peak_kv_tokens: int = 0
 
 
+# -- the Gantt-chart timeline (``record_timeline=True``): tuples with named fields, tagged by
+# their first field, so code that reads them as plain tuples keeps working
+class PrefixIn(NamedTuple):
+    """``agent``'s prefix became resident at ``time_s`` (``how``: ``"in"`` for a swap-in,
+    ``"compute"`` for a recompute, ``"ready"`` when it was resident at once)."""
+
+    kind: Literal["prefix-in"]
+    agent: str
+    time_s: float
+    how: str
+
+
+class PrefixOut(NamedTuple):
+    """``agent``'s prefix left the device at ``time_s`` (``how``: ``"drop"`` or ``"swap"``)."""
+
+    kind: Literal["prefix-out"]
+    agent: str
+    time_s: float
+    how: str
+
+
+class Preempted(NamedTuple):
+    """Request ``request_id`` was preempted at ``time_s``."""
+
+    kind: Literal["preempt"]
+    request_id: int
+    time_s: float
+
+
+class RequestSpan(NamedTuple):
+    """Request ``request_id`` finished at ``finished_s``, first admitted at ``first_admit_s``."""
+
+    kind: Literal["request"]
+    request_id: int
+    task_id: int
+    stage: str
+    agent: str
+    first_admit_s: float
+    finished_s: float
+
+
+TimelineEvent = PrefixIn | PrefixOut | Preempted | RequestSpan
+
+
 @dataclass
 class SimResult:
     policy: str
@@ -76,4 +131,4 @@ class SimResult:
     makespan_s: float
     wall_s: float
     kv_trace: list[tuple[float, int]] = field(default_factory=list)
-    timeline: list[tuple[object, ...]] = field(default_factory=list)
+    timeline: list[TimelineEvent] = field(default_factory=list)

@@ -4,18 +4,20 @@ recompute), held contexts released, and the context cache in free memory.
 
 from __future__ import annotations
 
+from topas.engine.core import SimCore
 from topas.engine.jobs import (
     _SWAP_IN,
     _SWAP_OUT,
     _PrefixJob,
 )
+from topas.engine.records import PrefixIn, PrefixOut
 from topas.engine.snapshot import (
     HeldContext,
     Location,
 )
 
 
-class Residency:
+class Residency(SimCore):
     """Prefix movement, held contexts and the context cache (a part of :class:`~topas.engine.simulator.Simulator`)."""
 
     # ------------------------------------------------------------------ prefix movement
@@ -73,7 +75,7 @@ class Residency:
             self.counters.recomputed_prefix_tokens += p.tokens
             self.prefix_jobs[agent] = _PrefixJob(agent, p.tokens)
         if self.record_timeline:
-            self.timeline.append(("prefix-in", agent, self.now, p.transfer or "ready"))
+            self.timeline.append(PrefixIn("prefix-in", agent, self.now, p.transfer or "ready"))
 
     def _drop_prefix(self, agent: str, keep_host_copy: bool) -> None:
         p = self.prefixes[agent]
@@ -84,7 +86,7 @@ class Residency:
         p.transfer = None
         p.location = Location.HOST if (p.on_host and keep_host_copy) else Location.NONE
         if self.record_timeline:
-            self.timeline.append(("prefix-out", agent, self.now, "drop"))
+            self.timeline.append(PrefixOut("prefix-out", agent, self.now, "drop"))
 
     def _evict_prefix(self, agent: str) -> None:
         p = self.prefixes[agent]
@@ -104,7 +106,7 @@ class Residency:
         self.counters.swap_out_bytes += p.tokens * self.cost.mu
         self._push(self._link(p.tokens), _SWAP_OUT, agent)
         if self.record_timeline:
-            self.timeline.append(("prefix-out", agent, self.now, "swap"))
+            self.timeline.append(PrefixOut("prefix-out", agent, self.now, "swap"))
 
     def _release_held(self, key: tuple[int, str]) -> None:
         h = self.held.pop(key)

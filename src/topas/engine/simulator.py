@@ -42,6 +42,7 @@ from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 
+from topas.engine.core import EnginePolicy
 from topas.engine.cost import CostModel, Profile
 from topas.engine.deciding import Deciding
 from topas.engine.decision import Decision
@@ -92,7 +93,7 @@ class Simulator(Deciding, Residency, Lifecycle, Iteration):
         tasks: Sequence[Task],
         agents: Mapping[str, Agent],
         profile: Profile,
-        policy,
+        policy: EnginePolicy,
         *,
         seed: int = 0,
         preemption: str | None = None,
@@ -165,7 +166,7 @@ class Simulator(Deciding, Residency, Lifecycle, Iteration):
         #: (task, stage) -> (agent, tokens, computed tokens); their total tokens (the memory
         #: they occupy) is ``ctx_cache_tokens``
         self.context_cache = context_cache
-        self.ctx_cache: OrderedDict[tuple[int, str], tuple[str, int]] = OrderedDict()
+        self.ctx_cache = OrderedDict()
         self.ctx_cache_tokens = 0
         self.history = self.state.history
         self.used_kv = 0
@@ -177,11 +178,11 @@ class Simulator(Deciding, Residency, Lifecycle, Iteration):
         self.task_records: list[TaskRecord] = []
         self.request_records: list[RequestRecord] = []
         self.kv_trace: list[tuple[float, int]] = []
-        self.timeline: list[tuple] = []
+        self.timeline = []
         self._n_req_done_by_task: dict[int, int] = {}
         self._pending_event = ""
         self._next_task = 0
-        self._stage_spec: dict[tuple[int, str], object] = {}
+        self._stage_spec = {}
         self._instant, self._decisions_now = -1.0, 0
         # a clairvoyant policy (an "oracle" variant for reports) may ask for the true tasks
         if hasattr(policy, "bind_oracle"):
@@ -309,7 +310,7 @@ class Simulator(Deciding, Residency, Lifecycle, Iteration):
         if self._cluster is None and len(self.task_records) == len(self.tasks_in):
             return False
         decoders: list[_Job] = []
-        prefillers: list = list(self.prefix_jobs.values())
+        prefillers: list[_Job | _PrefixJob] = list(self.prefix_jobs.values())
         for j in self.running.values():
             ph = j.req.phase
             if ph == Phase.DECODE:
