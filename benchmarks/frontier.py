@@ -20,16 +20,10 @@ from pathlib import Path
 import numpy as np
 
 from topas.metrics.paired import best_by_mean, paired
-from topas.reproduce import BASELINES, OTHER_TASKS_FULL, WORKLOAD_PLANS, Job, rate_of, run_jobs
+from topas.reproduce import BASELINES, OTHER_TASKS_FULL, Job, rate_of, run_jobs
 
-TASKS = {p.name: p.tasks_full for p in WORKLOAD_PLANS}
-
-
-def seeds_arg(text: str) -> list[int]:
-    if "-" in text and "," not in text:
-        a, b = text.split("-")
-        return list(range(int(a), int(b) + 1))
-    return [int(s) for s in text.split(",")]
+sys.path.insert(0, str(Path(__file__).parent))
+from paired import TASKS, seeds_arg  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

@@ -13,6 +13,7 @@ the simulator's snapshot, field by field: both engines change them only through
 from __future__ import annotations
 
 import math
+from dataclasses import astuple
 
 import pytest
 
@@ -55,8 +56,6 @@ def _stage_view(ts) -> dict:
 
 
 def _history(hist) -> list:
-    from dataclasses import astuple
-
     return sorted(astuple(r) for recs in hist.values() for r in recs)
 
 
