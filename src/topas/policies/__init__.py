@@ -40,12 +40,16 @@ class PolicyInfo:
     factory: Callable[..., Policy]
     summary: str
     source: str
+    #: parameters given to :func:`register` (a factory function's); None: the factory's
+    #: ``PARAMS``
+    declared: tuple[Param, ...] | None = None
 
     @property
     def params(self) -> tuple[Param, ...]:
-        """The declared parameters: the factory's ``PARAMS`` (a class attribute, or one set
-        on a factory function next to its registration); read when asked, so a declaration
-        made after the decorator counts."""
+        """The declared parameters: those given to :func:`register`, else the factory's
+        ``PARAMS`` class attribute (read when asked)."""
+        if self.declared is not None:
+            return self.declared
         return tuple(getattr(self.factory, "PARAMS", ()))
 
 
@@ -53,14 +57,17 @@ _REGISTRY: dict[str, PolicyInfo] = {}
 _F = TypeVar("_F", bound=Callable[..., Policy])
 
 
-def register(name: str, summary: str, source: str = "") -> Callable[[_F], _F]:
+def register(
+    name: str, summary: str, source: str = "", params: tuple[Param, ...] | None = None
+) -> Callable[[_F], _F]:
     """Class or factory decorator: ``@register("fcfs", "first come, first served")``.
-    The factory is called as ``factory(seed=int, **params)``."""
+    The factory is called as ``factory(seed=int, **params)``; a factory function declares
+    its parameters with ``params=`` (a class, as its ``PARAMS`` attribute)."""
 
     def deco(factory: _F) -> _F:
         if name in _REGISTRY and _REGISTRY[name].factory is not factory:
             raise ValueError(f"policy {name!r}: registered twice")
-        _REGISTRY[name] = PolicyInfo(name, factory, summary, source)
+        _REGISTRY[name] = PolicyInfo(name, factory, summary, source, params)
         return factory
 
     return deco

@@ -14,15 +14,16 @@ import math
 from collections.abc import Callable
 
 from topas.engine.snapshot import Snapshot, TaskState
+from topas.policies.topas.core import TopasCore
 
 
-class Aging:
+class Aging(TopasCore):
     """The aging half of :class:`~topas.policies.topas.policy.Topas` (a mixin).
 
     Reads the policy's parameters ``aging``, ``rho``, ``H_age``, ``rank_key``,
     ``size_weight``, ``size_gate``, ``tail_q`` and its estimator ``mc``; keeps the per-run
     caches ``_median``, ``_rank``, ``_rank_keys``, ``_live_arrivals``, ``_done_jcts`` and
-    reads ``_task_info`` (all set up in ``Topas.__init__``, reset by ``_new_run_check``)."""
+    reads ``_task_info`` (declared in :class:`TopasCore`)."""
 
     def h_age(self, snap: Snapshot) -> float:
         """``H_age`` in seconds: fixed, or the running median of stage service times."""
@@ -100,7 +101,7 @@ class Aging:
                     build(ts)
             keys = self._rank_keys
             inf = math.inf
-            ids = (tuple(tasks), tuple(keys.get(t, inf) for t in tasks))
+            ids: tuple[object, ...] = (tuple(tasks), tuple(keys.get(t, inf) for t in tasks))
         else:
             ids = (tuple(tasks), ())
         late_before = -math.inf

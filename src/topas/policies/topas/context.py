@@ -14,8 +14,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from topas.engine.snapshot import Location, RequestState, Snapshot, TaskState
+from topas.estimators import TaskMC
 from topas.policies.base import expected_call_output
-from topas.policies.topas.search import Choice, GreedyPack
+from topas.policies.topas.search import GreedyPack
 from topas.policies.topas.terms import TaskInfo, running_left_s
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ class Context(GreedyPack):
         # V_reuse weight per agent: beta * n_a * mu * l_a / B_swap
         self.reuse = pol.reuse_value(snap)
         # candidates with unconditional aged gains
-        self.entries = {}
+        self.entries: dict[int, TaskMC] = {}
         self.weights: dict[int, float] = {}
         cands: list[_Cand] = []
         self.by_task: dict[int, list[_Cand]] = {}
@@ -234,7 +235,8 @@ class Context(GreedyPack):
                 lst = self.top_gains.setdefault(c.agent, [])
                 if len(lst) < pol.K:
                     lst.append(c.gain)
-        self._memo: dict[tuple, Choice | None] = {}
+        self._fixed_memo = {}
+        self._memo = {}
 
     def head_of_line(
         self, cands: list[_Cand], out_mean: Callable[[str], float] | None = None
@@ -334,7 +336,7 @@ class Context(GreedyPack):
             out.append(c)
         return out
 
-    def joint_share(self, e, n_ready: int) -> float:
+    def joint_share(self, e: TaskMC, n_ready: int) -> float:
         """``(L_i(none started) - L_i(all ready started)) / n``: a task's gain from starting all
         of its ``n`` ready stages now, shared equally (seconds)."""
         now = self.snap.time_s
@@ -350,7 +352,7 @@ class Context(GreedyPack):
         d, _ = self.delta(self.entries[c.task_id], c.stage, admitted)
         return max(c.age_w * d, self.pol.min_gain_s)
 
-    def delta(self, e, stage: str, admitted: tuple[str, ...]) -> tuple[float, float]:
+    def delta(self, e: TaskMC, stage: str, admitted: tuple[str, ...]) -> tuple[float, float]:
         """``Delta(r | H) = L_i(H) - L_i(H + {r})`` and ``L_i(H + {r})`` (seconds)."""
         now = self.snap.time_s
         k = e.index.get(stage)

@@ -38,12 +38,15 @@ TOPAS's parameters pass through unchanged; ``memory_weight``, ``cold_mean_s``, `
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from topas.engine.decision import Decision
-from topas.engine.snapshot import RequestState, Snapshot, StageStatus
+from topas.engine.snapshot import HeldContext, RequestState, Snapshot, StageStatus
 from topas.policies import register
 from topas.policies.base import AdmissionPlan
 from topas.policies.continuum import Continuum, reload_s
-from topas.policies.params import choice, subset, with_defaults
+from topas.policies.params import Param, choice, subset, with_defaults
 from topas.policies.topas.policy import Topas
 
 
@@ -51,7 +54,7 @@ class TopasHold(Topas):
     """TOPAS whose decision is extended with context holds and pressure releases."""
 
     #: TOPAS's parameters and Continuum's tool-duration learner's (topas.policies.params)
-    PARAMS = (
+    PARAMS: tuple[Param, ...] = (
         *Topas.PARAMS,
         *(p for p in Continuum.PARAMS if p.name not in ("reserve_ratio", "window")),
         choice(
@@ -72,7 +75,7 @@ class TopasHold(Topas):
         slack_s: float = 0.05,
         holds: str = "after",
         name: str = "topas-hold",
-        **params,
+        **params: Any,
     ) -> None:
         super().__init__(seed=seed, name=name, **params)
         if holds not in ("off", "after", "first"):
@@ -98,7 +101,9 @@ class TopasHold(Topas):
         return self.tools.ttl_for_benefit(snap, h, reload_s(snap, h))
 
     # -- the decision -----------------------------------------------------------------------
-    def _offered(self, snap: Snapshot, arrival) -> list[tuple[tuple[int, str], object]]:
+    def _offered(
+        self, snap: Snapshot, arrival: Callable[[int], tuple[float, int]]
+    ) -> list[tuple[tuple[int, str], HeldContext]]:
         """Contexts offered this event whose stage is in its tool call, oldest task first."""
         now, tasks = snap.time_s, snap.tasks
         return sorted(
@@ -257,12 +262,10 @@ class TopasHold(Topas):
     "when the learned tool delay is short vs re-prefilling it (Continuum's TTL), release "
     "under memory pressure from older tasks",
     source="our extension (docs/extensions.md)",
+    params=TopasHold.PARAMS,
 )
-def _topas_hold(seed: int = 0, **params) -> TopasHold:
+def _topas_hold(seed: int = 0, **params: Any) -> TopasHold:
     return TopasHold(seed=seed, **params)
-
-
-_topas_hold.PARAMS = TopasHold.PARAMS
 
 
 @register(
@@ -270,20 +273,18 @@ _topas_hold.PARAMS = TopasHold.PARAMS
     "TOPAS with revoke_value='current': a preemption swap also "
     "pays the aged gain the displaced request would have if waiting (review question 2)",
     source="our extension (docs/topas.md, review question 2)",
+    params=with_defaults(Topas.PARAMS, {"revoke_value": "current"}),
 )
-def _topas_aged_revoke(seed: int = 0, **params) -> Topas:
+def _topas_aged_revoke(seed: int = 0, **params: Any) -> Topas:
     params.setdefault("revoke_value", "current")
     return Topas(seed=seed, name="topas-aged-revoke", **params)
-
-
-_topas_aged_revoke.PARAMS = with_defaults(Topas.PARAMS, {"revoke_value": "current"})
 
 
 #: The flagship's departures from the paper, each ``name -> (flagship params, paper params)``.
 #: ``topas`` is ``topas-paper`` (the same Score and search) with every one of them switched on;
 #: switching all of them off gives ``topas-paper`` exactly.  Chosen on seeds 1 and 2 only
 #: (``benchmarks/paired.py --seeds 1,2``); docs/topas.md gives the measured effect of each.
-DEPARTURES: dict[str, tuple[dict, dict]] = {
+DEPARTURES: dict[str, tuple[dict[str, object], dict[str, object]]] = {
     # a ReAct call's context is part of the prefix state: hold it through the tool call
     # (Continuum's TTL) *before* admission; release younger tasks' holds for the oldest
     # blocked request and every hold when the engine would idle
@@ -310,13 +311,13 @@ DEPARTURES: dict[str, tuple[dict, dict]] = {
 }
 
 
-def flagship_params(off: tuple[str, ...] = ()) -> dict:
+def flagship_params(off: tuple[str, ...] = ()) -> dict[str, object]:
     """The flagship's parameters, with the departures named in ``off`` reverted to the
     paper's values (for ablations)."""
     unknown = [d for d in off if d not in DEPARTURES]
     if unknown:
         raise ValueError(f"departures {unknown}: unknown (known: {', '.join(DEPARTURES)})")
-    out: dict = {}
+    out: dict[str, object] = {}
     for name, (on, paper) in DEPARTURES.items():
         out.update(paper if name in off else on)
     return out
@@ -328,20 +329,18 @@ def flagship_params(off: tuple[str, ...] = ()) -> dict:
     "holds before admission, no preemption, uncapped admissions, rank task priority, "
     "prefix-group packing by gain per KV token, head-of-line blocking with backfilling",
     source="TOPAS (arXiv 2608.25523) + our departures (docs/topas.md)",
+    # the flagship's defaults are the departures; ``off`` reverts some of them
+    params=(
+        *with_defaults(TopasHold.PARAMS, flagship_params()),
+        subset(
+            "off",
+            (),
+            DEPARTURES,
+            "departures reverted to the paper's choice, joined by + (e.g. off=holds+reserve)",
+        ),
+    ),
 )
-def _topas(seed: int = 0, **params) -> TopasHold:
+def _topas(seed: int = 0, **params: Any) -> TopasHold:
     # ``params`` come checked and converted by make_policy (``off``: a tuple of departures)
     off = params.pop("off", ())
     return TopasHold(seed=seed, name="topas", **{**flagship_params(off), **params})
-
-
-#: the flagship's defaults are the departures; ``off`` reverts some of them
-_topas.PARAMS = (
-    *with_defaults(TopasHold.PARAMS, flagship_params()),
-    subset(
-        "off",
-        (),
-        DEPARTURES,
-        "departures reverted to the paper's choice, joined by + (e.g. off=holds+reserve)",
-    ),
-)

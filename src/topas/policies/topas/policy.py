@@ -9,22 +9,52 @@ the post-decision states (:mod:`.search`) and commits the arg-max.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, TypedDict
 
 from topas.engine.decision import Decision
 from topas.engine.snapshot import Snapshot
 from topas.estimators import EmpiricalResidual, MonteCarloLP, TrueResidual
 from topas.policies import register
 from topas.policies.base import AdmissionPlan
-from topas.policies.params import N_SAMPLES, RESERVE_RATIO, choice, flag, integer, real, without
+from topas.policies.params import (
+    N_SAMPLES,
+    RESERVE_RATIO,
+    Param,
+    choice,
+    flag,
+    integer,
+    real,
+    without,
+)
 from topas.policies.parrot import task_fcfs_key
 from topas.policies.topas.aging import Aging
 from topas.policies.topas.context import Context
 from topas.policies.topas.search import Choice, exhaustive
 from topas.policies.topas.search import hierarchical as local_search
 from topas.policies.topas.terms import TaskInfo, Terms, _MoveCost
+from topas.workflow.model import Task
+
+
+class _Defaults(TypedDict):
+    M: int
+    K: int
+    beta: float
+    rho: float
+    H_age: float | None
+    min_gain_s: float
+    joint_gain: bool
+
 
 #: defaults chosen by benchmarks/sweep_topas.py (see docs/topas.md)
-DEFAULTS = dict(M=6, K=2, beta=10.0, rho=0.25, H_age=None, min_gain_s=1e-3, joint_gain=True)
+DEFAULTS: _Defaults = {
+    "M": 6,
+    "K": 2,
+    "beta": 10.0,
+    "rho": 0.25,
+    "H_age": None,
+    "min_gain_s": 1e-3,
+    "joint_gain": True,
+}
 
 
 class Topas(Aging, Terms):
@@ -53,7 +83,7 @@ class Topas(Aging, Terms):
     """
 
     #: declared parameters (topas.policies.params)
-    PARAMS = (
+    PARAMS: tuple[Param, ...] = (
         integer(
             "M",
             DEFAULTS["M"],
@@ -290,7 +320,7 @@ class Topas(Aging, Terms):
         self._moves: dict[str, _MoveCost] = {}
         self._run_id = -1
         #: (unfinished task ids, task id -> number of younger unfinished tasks) for rank aging
-        self._rank: tuple[tuple, dict[int, int]] = ((), {})
+        self._rank = ((), {})
         self.last: Choice | None = None  #: the committed choice (for tests and traces)
 
     # ------------------------------------------------------------------ caches between events
@@ -365,7 +395,7 @@ class Topas(Aging, Terms):
 class TopasOracle(Topas):
     """TOPAS with the true residual service of every stage (clairvoyant; for reports)."""
 
-    def bind_oracle(self, fn: Callable) -> None:
+    def bind_oracle(self, fn: Callable[[int], Task]) -> None:
         self.mc = MonteCarloLP(TrueResidual(fn), n_samples=1, seed=self.seed)
 
 
@@ -374,49 +404,47 @@ class TopasOracle(Topas):
     "TOPAS as the paper specifies it: Score = aged task-progress gain - "
     "prefix moves - redo - revoke + one-hop reuse, GREEDYPACK + prefix-set search",
     source="TOPAS (arXiv 2608.25523)",
+    params=Topas.PARAMS,
 )
-def _topas_paper(seed: int = 0, **params) -> Topas:
+def _topas_paper(seed: int = 0, **params: Any) -> Topas:
     return Topas(seed=seed, **params)
-
-
-_topas_paper.PARAMS = Topas.PARAMS
 
 
 @register(
     "topas-base",
     "TOPAS without the reuse term and without aging (paper's TOPAS-base)",
     source="TOPAS ablation",
+    params=without(Topas.PARAMS, "reuse", "aging"),
 )
-def _topas_base(seed: int = 0, **params) -> Topas:
+def _topas_base(seed: int = 0, **params: Any) -> Topas:
     return Topas(seed=seed, reuse=False, aging=False, name="topas-base", **params)
 
 
-_topas_base.PARAMS = without(Topas.PARAMS, "reuse", "aging")
-
-
-@register("topas-noreuse", "TOPAS without V_reuse", source="TOPAS ablation")
-def _topas_noreuse(seed: int = 0, **params) -> Topas:
+@register(
+    "topas-noreuse",
+    "TOPAS without V_reuse",
+    source="TOPAS ablation",
+    params=without(Topas.PARAMS, "reuse"),
+)
+def _topas_noreuse(seed: int = 0, **params: Any) -> Topas:
     return Topas(seed=seed, reuse=False, name="topas-noreuse", **params)
 
 
-_topas_noreuse.PARAMS = without(Topas.PARAMS, "reuse")
-
-
-@register("topas-noaging", "TOPAS without aging (g_i = 1)", source="TOPAS ablation")
-def _topas_noaging(seed: int = 0, **params) -> Topas:
+@register(
+    "topas-noaging",
+    "TOPAS without aging (g_i = 1)",
+    source="TOPAS ablation",
+    params=without(Topas.PARAMS, "aging"),
+)
+def _topas_noaging(seed: int = 0, **params: Any) -> Topas:
     return Topas(seed=seed, aging=False, name="topas-noaging", **params)
-
-
-_topas_noaging.PARAMS = without(Topas.PARAMS, "aging")
 
 
 @register(
     "topas-oracle",
     "TOPAS with the true residual service times instead of estimates (clairvoyant upper reference)",
     source="TOPAS, oracle residuals",
+    params=Topas.PARAMS,
 )
-def _topas_oracle(seed: int = 0, **params) -> Topas:
+def _topas_oracle(seed: int = 0, **params: Any) -> Topas:
     return TopasOracle(seed=seed, name="topas-oracle", **params)
-
-
-_topas_oracle.PARAMS = Topas.PARAMS

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from topas.policies.topas.context import Context
+    from topas.engine.snapshot import RequestState, Snapshot
+    from topas.policies.topas.context import Context, _Cand
+    from topas.policies.topas.policy import Topas
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +33,7 @@ class Choice:
     resident: frozenset[str]
     terms: tuple[float, float, float, float, float]  #: admit, move, redo, revoke, reuse
 
-    def key(self) -> tuple:
+    def key(self) -> tuple[float, int, int, int]:
         # ties: fewer preemptions, then fewer evictions (do not disturb the engine for nothing)
         return (round(self.score, 9), -len(self.preempt), -len(self.evict), len(self.admit))
 
@@ -41,6 +43,36 @@ class GreedyPack:
     :class:`~topas.policies.topas.context.Context` (a mixin of it: these methods read the
     context's fields -- ``pol``, ``snap``, ``cands``, ``free0``, ``resident0``, ``pinned``,
     ``running_by_agent``, the terms' inputs -- and its memo ``_memo``)."""
+
+    # -- set by Context.__init__ (the meaning of each: there) --------------------------------
+    pol: Topas
+    snap: Snapshot
+    cands: list[_Cand]  #: GREEDYPACK's candidates, in packing order
+    by_task: dict[int, list[_Cand]]
+    multi: set[int]  #: tasks with several ready candidates (conditional gains)
+    free0: int  #: free KV tokens before the decision, output reservations kept
+    resident0: frozenset[str]
+    pinned: frozenset[str]  #: resident prefixes this decision cannot evict
+    fixed: frozenset[str]  #: agents resident or running
+    running_by_agent: dict[str, list[RequestState]]
+    min_need: dict[str, int]
+    top_gains: dict[str, list[float]]
+    max_batch: int
+    redo: dict[int, float]  #: J_redo per running request (s)
+    release: dict[int, int]  #: KV tokens preempting a running request gives back
+    revoke: dict[int, float]  #: J_revoke per running request (s)
+    c_in: dict[str, float]  #: prefix move-in cost (s)
+    c_out: dict[str, float]  #: prefix move-out cost (s)
+    reuse: dict[str, float]  #: V_reuse weight per agent (s)
+    #: GREEDYPACK's memos: per core (the allowed agents that are resident or running) its
+    #: preemptions, evictions and free KV tokens (None: more preemptions than allowed); per
+    #: (core, agents that can admit) the packed state
+    _fixed_memo: dict[frozenset[str], tuple[list[int], list[str], int] | None]
+    _memo: dict[tuple[frozenset[str], frozenset[str]], Choice | None]
+
+    if TYPE_CHECKING:
+
+        def cond_gain(self, c: _Cand, admitted: tuple[str, ...]) -> float: ...
 
     def better(self, a: Choice | None, b: Choice | None) -> Choice | None:
         if b is None:
@@ -63,8 +95,10 @@ class GreedyPack:
         # any other agent matters only if one of its candidates can fit, so prefix sets that
         # differ only by agents that cannot admit anything give the same state (memoised)
         core = allowed & self.fixed
-        hit = self._memo.get((core, None))
-        if hit is None:
+        fixed_memo = self._fixed_memo
+        if core in fixed_memo:
+            hit = fixed_memo[core]
+        else:
             preempt = [
                 r.request_id
                 for a, rs in self.running_by_agent.items()
@@ -72,16 +106,17 @@ class GreedyPack:
                 for r in rs
             ]
             if len(preempt) > pol.max_preempt:
-                self._memo[(core, None)] = (None,)
-                return None
-            free = self.free0
-            for rid in preempt:
-                free += self.release[rid]
-            evict = [a for a in self.resident0 if a not in allowed]
-            for a in evict:
-                free += snap.prefixes[a].tokens
-            hit = self._memo[(core, None)] = (preempt, evict, free)
-        if hit[0] is None:
+                hit = None
+            else:
+                free = self.free0
+                for rid in preempt:
+                    free += self.release[rid]
+                evict = [a for a in self.resident0 if a not in allowed]
+                for a in evict:
+                    free += snap.prefixes[a].tokens
+                hit = (preempt, evict, free)
+            fixed_memo[core] = hit
+        if hit is None:
             return None
         preempt, evict, free0 = hit
         min_need = self.min_need

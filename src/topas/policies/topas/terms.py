@@ -27,11 +27,12 @@ Here are the per-decision inputs of those terms; the gains ``Delta`` are compute
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from topas.engine.snapshot import Phase, RequestState, Snapshot, StageStatus, TaskState
 from topas.estimators import TaskMC
+from topas.policies.topas.core import TopasCore
 
 
 def running_left_s(snap: Snapshot, out_mean: Callable[[str], float]) -> tuple[float, list[float]]:
@@ -73,16 +74,18 @@ class _MoveCost:
     c_out: float
 
 
-class Terms:
+class Terms(TopasCore):
     """The Score-term inputs of :class:`~topas.policies.topas.policy.Topas` (a mixin).
 
     Reads the policy's parameters (``max_preempt``, ``redo_cost``, ``use_revoke``,
     ``revoke_value``, ``reuse``, ``beta``, ``rank_key``, ``age_form``, ``size_weight``) and
     estimator ``mc``; keeps the caches between events ``_task_info``, ``_moves``,
     ``_lookahead``, ``_la_counts`` and ``_rank_keys`` (set up in ``Topas.__init__``, reset
-    by ``_new_run_check``)."""
+    by ``_new_run_check``; declared in :class:`TopasCore`)."""
 
-    def _build_task_info(self, snap: Snapshot, ts: TaskState, gen) -> TaskInfo:
+    def _build_task_info(
+        self, snap: Snapshot, ts: TaskState, gen: Mapping[tuple[int, str], int]
+    ) -> TaskInfo:
         """The task's Monte Carlo entry for its current version (see ``_task_info``)."""
         e = self.mc.entry(snap, ts, gen)
         chain = len(e.ready) == 1 and not e.running

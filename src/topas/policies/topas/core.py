@@ -1,0 +1,81 @@
+"""The typed host class of TOPAS's parts.
+
+:class:`~topas.policies.topas.policy.Topas` is assembled from mixins (:mod:`.aging`,
+:mod:`.terms`) that read the policy's parameters and keep caches between events.  They all
+subclass :class:`TopasCore`, which declares those attributes with their types (set in
+``Topas.__init__``, reset by ``Topas._new_run_check``), so each mixin is checked on its own
+and a newcomer finds every piece of the policy's state in one place.  Methods one mixin calls
+on another are declared here only for the type checker.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from topas.engine.snapshot import Snapshot
+    from topas.estimators import MonteCarloLP
+    from topas.policies.topas.search import Choice
+    from topas.policies.topas.terms import TaskInfo, _MoveCost
+
+
+class TopasCore:
+    """The attributes every part of TOPAS reads (parameters: ``Topas``'s docstring)."""
+
+    # -- parameters (paper symbols and the flagship's departures) ---------------------------
+    name: str
+    seed: int
+    M: int
+    K: int
+    beta: float
+    rho: float
+    H_age: float | None
+    reserve_ratio: float
+    reuse: bool
+    aging: bool
+    use_move: bool
+    use_redo: bool
+    use_revoke: bool
+    min_gain_s: float
+    joint_gain: bool
+    redo_cost: str
+    revoke_value: str
+    max_preempt: int
+    age_form: str
+    hol_block: bool
+    backfill: bool
+    group_agents: str
+    rank_key: str
+    size_weight: float
+    tail_q: float
+    residual: str
+    size_gate: float
+    size_cv: float
+    #: the E[LP] estimator (Monte Carlo over the stages' residual services)
+    mc: MonteCarloLP
+
+    # -- caches between events (cleared when a new run starts) ------------------------------
+    _run_id: object  #: ``Snapshot.run_key`` of the run these caches belong to
+    #: per task: its Monte Carlo entry for its current version
+    _task_info: dict[int, TaskInfo]
+    #: per agent: its prefix move costs c_in, c_out (s) for its prefix state
+    _moves: dict[str, _MoveCost]
+    #: per task: (version, agents of its next-hop stages) for V_reuse's look-ahead
+    _lookahead: dict[int, tuple[int, tuple[str, ...]]]
+    _la_counts: dict[str, int]  #: n_a(t) summed over ``_lookahead``
+    _median: tuple[int, float]  #: (history length, running median service time (s))
+    #: rank aging: (the key of the memo, task id -> number of unfinished tasks ranked after)
+    _rank: tuple[tuple[object, ...], dict[int, int]]
+    _rank_keys: dict[int, float]  #: size rank key (s) per task
+    _first_lp: tuple[int, float, float]  #: (count, sum, sum of squares) of first-sight E[LP]
+    _live_arrivals: dict[int, float]  #: tail_q: arrival time of every unfinished task seen
+    _done_jcts: list[float]  #: tail_q: sorted JCTs (s) of the tasks seen to finish
+    #: KV tokens and prefixes committed earlier in this decision (holds decided first)
+    _committed_tokens: int
+    _committed_agents: frozenset[str]
+    last: Choice | None  #: the committed choice (for tests and traces)
+
+    if TYPE_CHECKING:
+        # defined by one mixin, called from another
+
+        def age_weight(self, snap: Snapshot, arrival_s: float, h_age: float) -> float: ...
