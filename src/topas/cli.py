@@ -147,9 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     except ImportError:
         pass
     try:
-        from topas.integrations import router_service as rsvc
+        from topas.integrations import router_cli
 
-        rsvc.add_arguments(sub)
+        router_cli.add_arguments(sub)
     except ImportError:
         pass
     return ap

@@ -153,7 +153,8 @@ def test_prefix_kept_resident_survives_a_flood_and_evicted_one_does_not(engine, 
 
 def test_small_workflow_completes_under_every_policy(engine):
     from topas.api import sample_tasks
-    from topas.integrations.vllm.driver import DriveConfig, InProcessBackend, drive, scale_tasks
+    from topas.integrations.vllm.backends import InProcessBackend
+    from topas.integrations.vllm.driver import DriveConfig, drive, scale_tasks
     from topas.policies import list_policies
 
     eng, sched = engine
@@ -326,7 +327,8 @@ def test_final_call_offers_no_context(engine):
 
 def test_iteration_trace_records_every_engine_step(engine):
     from topas.api import sample_tasks
-    from topas.integrations.vllm.driver import DriveConfig, InProcessBackend, drive, scale_tasks
+    from topas.integrations.vllm.backends import InProcessBackend
+    from topas.integrations.vllm.driver import DriveConfig, drive, scale_tasks
     from topas.integrations.vllm.fit import IterationTrace
 
     eng, sched = engine

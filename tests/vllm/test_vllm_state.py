@@ -54,7 +54,8 @@ def test_same_workload_same_stage_history_on_both_engines(engine, policy):
     from topas.api import sample_tasks
     from topas.engine.cost import get_profile
     from topas.engine.simulator import Simulator
-    from topas.integrations.vllm.driver import DriveConfig, InProcessBackend, drive, scale_tasks
+    from topas.integrations.vllm.backends import InProcessBackend
+    from topas.integrations.vllm.driver import DriveConfig, drive, scale_tasks
     from topas.policies import make_policy
 
     eng, sched = engine

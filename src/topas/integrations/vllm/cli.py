@@ -81,10 +81,9 @@ def default_model() -> Path:
 def cli_drive(args: argparse.Namespace) -> int:
     from topas.api import sample_tasks
     from topas.engine.cost import get_profile
+    from topas.integrations.vllm.backends import HTTPBackend, InProcessBackend
     from topas.integrations.vllm.driver import (
         DriveConfig,
-        HTTPBackend,
-        InProcessBackend,
         drive,
         make_llm,
         scale_tasks,

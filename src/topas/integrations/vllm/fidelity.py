@@ -40,9 +40,9 @@ def run_real(
     ``cpu/tiny-llama``) right before and right after each run; the counters then also hold
     ``speed_before``, ``speed_after`` and ``speed_index`` (their geometric mean)."""
     from topas.api import sample_tasks
+    from topas.integrations.vllm.backends import InProcessBackend
     from topas.integrations.vllm.driver import (
         DriveConfig,
-        InProcessBackend,
         drive,
         make_llm,
         scale_tasks,
