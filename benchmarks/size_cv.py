@@ -1,10 +1,12 @@
 """The coefficient of variation of tasks' first-sight E[LP] under the flagship, per workload.
 
-    PYTHONPATH=src python benchmarks/size_cv.py [--workloads w1,w2] [--seeds 1,2]
+    PYTHONPATH=src python benchmarks/size_cv.py [--workloads w1,w2] [--seeds 1,2] [--corr]
 
 For each workload (default task count and rate) and seed it runs ``topas`` and records, for
 every task, the estimator's expected longest remaining path the first time the policy
 estimates the task; it prints std/mean over the run's tasks (what ``size_cv`` gates on).
+With ``--corr`` it also prints the Spearman rank correlation, over the run's tasks, between
+that estimate and the task's time from then to its finish (what ``size_corr`` gates on).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 import numpy as np
 
 from topas.api import simulate
+from topas.policies.topas.aging import spearman
 from topas.policies.topas.policy import Topas
 
 ALL = (
@@ -27,26 +30,37 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workloads", default=ALL)
     ap.add_argument("--seeds", default="1,2")
+    ap.add_argument("--corr", action="store_true", help="also the size_corr correlation")
     a = ap.parse_args(argv)
     first: dict[int, float] = {}
+    first_t: dict[int, float] = {}
     orig = Topas._build_task_info
 
     def probe(self, snap, ts, gen):
         info = orig(self, snap, ts, gen)
         if ts.task_id not in first:
             first[ts.task_id] = info.l_i if info.chain else info.entry.expected_lp(snap.time_s)
+            first_t[ts.task_id] = snap.time_s
         return info
 
     Topas._build_task_info = probe
     try:
         for w in a.workloads.split(","):
-            cvs = []
+            cvs, corrs = [], []
             for seed in (int(s) for s in a.seeds.split(",")):
                 first.clear()
-                simulate(w, "topas", seed=seed)
+                first_t.clear()
+                res = simulate(w, "topas", seed=seed)
                 v = np.array(list(first.values()))
                 cvs.append(f"{v.std() / v.mean():.2f}")
-            print(f"{w:18s} first-sight E[LP] CV by seed: {' '.join(cvs)}", flush=True)
+                fin = {t.task_id: t.finished_s for t in res.tasks}
+                ids = [t for t in first if t in fin]
+                lps = [first[t] for t in ids]
+                corrs.append(f"{spearman(lps, [fin[t] - first_t[t] for t in ids]):.2f}")
+            line = f"{w:18s} first-sight E[LP] CV by seed: {' '.join(cvs)}"
+            if a.corr:
+                line += f"   rank correlation with time to finish: {' '.join(corrs)}"
+            print(line, flush=True)
     finally:
         Topas._build_task_info = orig
     return 0

@@ -192,3 +192,61 @@ def test_size_cv_gate_is_the_flagship_when_closed_and_the_size_key_when_open():
     assert not pol.size_key_on()
     with pytest.raises(ValueError, match="size_cv"):
         make_policy("topas", seed=1, size_cv=-1.0)
+
+
+def test_spearman_rank_correlation():
+    from topas.policies.topas.aging import spearman
+
+    assert spearman([1.0, 2.0, 3.0, 4.0], [10.0, 20.0, 35.0, 90.0]) == pytest.approx(1.0)
+    assert spearman([1.0, 2.0, 3.0, 4.0], [9.0, 5.0, 2.0, 1.0]) == pytest.approx(-1.0)
+    assert spearman([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]) == 0.0  # constant: no correlation
+    # ties take their mean rank: ranks (0.5, 0.5, 2) against (0, 1, 2)
+    assert spearman([5.0, 5.0, 7.0], [1.0, 2.0, 3.0]) == pytest.approx(0.8660254, abs=1e-6)
+
+
+def test_size_corr_gate_opens_once_predictions_have_proved_right():
+    """``size_corr``: the size rank key only while the rank correlation between the finished
+    tasks' first-sight E[LP] and their time from then to finish is at least the gate.  A
+    gate of 1 never opens on groupchat (exactly the arrival-ranked flagship); a gate of 0.3
+    opens once 20 tasks have finished (groupchat's round counts are known at arrival)."""
+    from topas.api import simulate
+
+    def run(**kw):
+        res = simulate("groupchat", "topas", n_tasks=60, rate=0.15, seed=1, policy_params=kw)
+        return [round(t.finished_s, 9) for t in res.tasks]
+
+    size = {"rank_key": "remaining", "size_weight": 10.0}
+    flagship = run()
+    assert run(**size) != flagship  # the size key changes the order here
+    assert run(**size, size_corr=1.0) == flagship
+    assert run(**size, size_corr=0.3) != flagship
+    pol = make_policy("topas", seed=1, **size, size_corr=0.5)
+    assert not pol.size_key_on()  # nothing has finished
+    pol._pred_corr = 0.6
+    assert pol.size_key_on()
+    pol._pred_corr = 0.4
+    assert not pol.size_key_on()
+    with pytest.raises(ValueError, match="size_corr"):
+        make_policy("topas", seed=1, size_corr=1.5)
+
+
+def test_size_corr_window_pairs_first_sight_estimates_with_times_to_finish():
+    """The gate's data: a task seen first at time t with E[LP] l that is gone from a later
+    snapshot at time T adds (l, T - t); the correlation is computed from 20 tasks on."""
+    from test_topas_fixtures import make_snapshot, make_task
+    from topas.engine.snapshot import StageStatus as S
+
+    pol = make_policy("topas", seed=1, rank_key="remaining", size_corr=0.5)
+    hist: dict = {}
+    for k in range(19):
+        pol._first_seen[k] = (float(k), float(k))
+    snap = make_snapshot(time_s=100.0, tasks=[make_task(99, {"a": ("A", (), S.READY)})], hist=hist)
+    pol._run_id = snap.run_key
+    pol.observe_finishes(snap)
+    assert len(pol._pred_pairs) == 19 and pol._pred_corr == -1.0  # too few yet
+    assert pol._pred_pairs[3] == (3.0, 97.0)
+    pol._first_seen[19] = (19.0, 19.0)
+    pol.observe_finishes(snap)
+    # longer predictions were first seen later, so they finish sooner: rank correlation -1
+    assert pol._pred_corr == pytest.approx(-1.0)
+    assert not pol.size_key_on()

@@ -51,7 +51,9 @@ class Aging(TopasCore):
         ``size_gate``: the estimator's learned within-task correlation is at least
         ``size_gate``; ``size_cv``: the coefficient of variation of the run's tasks' E[LP]
         when first seen is at least ``size_cv`` (sizes that differ visibly at arrival)."""
-        if self.size_gate <= 0 and self.size_cv <= 0:
+        if self.size_gate <= 0 and self.size_cv <= 0 and self.size_corr <= 0:
+            return True
+        if self.size_corr > 0 and self._pred_corr >= self.size_corr:
             return True
         if self.size_gate > 0:
             cop = self.mc.copula
@@ -64,6 +66,22 @@ class Aging(TopasCore):
                 var = max(0.0, s2 / n - mean * mean)
                 return math.sqrt(var) >= self.size_cv * mean
         return False
+
+    def observe_finishes(self, snap: Snapshot) -> None:
+        """``size_corr``: a task seen before that has left ``snap.tasks`` finished now; its
+        (first-sight E[LP], time from first sight to now) joins the window of the last 200,
+        whose Spearman rank correlation is ``_pred_corr`` (-1 until 20 tasks finished)."""
+        seen, tasks = self._first_seen, snap.tasks
+        if len(seen) <= len(tasks) and all(t in tasks for t in seen):
+            return
+        now = snap.time_s
+        pairs = self._pred_pairs
+        for tid in [t for t in seen if t not in tasks]:
+            t0, lp = seen.pop(tid)
+            pairs.append((lp, now - t0))
+        del pairs[:-200]
+        if len(pairs) >= 20:
+            self._pred_corr = spearman([p[0] for p in pairs], [p[1] for p in pairs])
 
     def tail_age_s(self, snap: Snapshot) -> float:
         """``tail_q``: the age (s) past which a task ranks first -- that quantile of the JCTs
@@ -90,6 +108,8 @@ class Aging(TopasCore):
         ``E[LP]`` for its current version (which sets its size key)."""
         tasks = snap.tasks
         task_info = self._task_info
+        if self.size_corr > 0 and self.rank_key != "arrival":
+            self.observe_finishes(snap)
         by_size = self.rank_key != "arrival" and self.size_key_on()
         if by_size:
             # the keys of tasks whose state changed are estimated first (a task never
@@ -128,3 +148,30 @@ class Aging(TopasCore):
             n_t = len(order)
             self._rank = (ids, {t.task_id: n_t - 1 - k for k, t in enumerate(order)})
         return self._rank[1]
+
+
+def _ranks(xs: list[float]) -> list[float]:
+    """Ranks 0..n-1 of ``xs``, ties given their mean rank."""
+    order = sorted(range(len(xs)), key=xs.__getitem__)
+    ranks = [0.0] * len(xs)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2
+        i = j + 1
+    return ranks
+
+
+def spearman(xs: list[float], ys: list[float]) -> float:
+    """Spearman's rank correlation of two equally long sequences (0 when either is
+    constant)."""
+    rx, ry = _ranks(xs), _ranks(ys)
+    n = len(rx)
+    mx, my = sum(rx) / n, sum(ry) / n
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    sxx = sum((a - mx) ** 2 for a in rx)
+    syy = sum((b - my) ** 2 for b in ry)
+    return sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else 0.0

@@ -51,6 +51,7 @@ class TopasCore:
     residual: str
     size_gate: float
     size_cv: float
+    size_corr: float
     #: the E[LP] estimator (Monte Carlo over the stages' residual services)
     mc: MonteCarloLP
 
@@ -68,6 +69,11 @@ class TopasCore:
     _rank: tuple[tuple[object, ...], dict[int, int]]
     _rank_keys: dict[int, float]  #: size rank key (s) per task
     _first_lp: tuple[int, float, float]  #: (count, sum, sum of squares) of first-sight E[LP]
+    #: size_corr: first sight (time, E[LP]) per unfinished task; the finished tasks'
+    #: (E[LP], time to finish) pairs; their rank correlation (-1 until 20)
+    _first_seen: dict[int, tuple[float, float]]
+    _pred_pairs: list[tuple[float, float]]
+    _pred_corr: float
     _live_arrivals: dict[int, float]  #: tail_q: arrival time of every unfinished task seen
     _done_jcts: list[float]  #: tail_q: sorted JCTs (s) of the tasks seen to finish
     #: KV tokens and prefixes committed earlier in this decision (holds decided first)

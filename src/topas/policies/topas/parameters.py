@@ -132,6 +132,16 @@ PARAMS: tuple[Param, ...] = (
         hi=10.0,
     ),
     real(
+        "size_corr",
+        0.0,
+        "with a size rank key: use the size key only while the "
+        "rank correlation between this run's finished tasks' E[LP] when first seen and "
+        "their time from then to finish (20 tasks or more, the last 200) is at least this "
+        "-- size predictions that have proved right (0: always; with the other gates, "
+        "any one opens it)",
+        hi=1.0,
+    ),
+    real(
         "tail_q",
         0.0,
         "with rank aging: a task older than this quantile of the "

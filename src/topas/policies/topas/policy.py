@@ -88,6 +88,7 @@ class Topas(Aging, Terms):
         residual: str = "independent",
         size_gate: float = 0.0,
         size_cv: float = 0.0,
+        size_corr: float = 0.0,
         name: str = "topas-paper",
     ) -> None:
         if M < 0 or K < 1:
@@ -156,6 +157,14 @@ class Topas(Aging, Terms):
         if not 0 <= size_cv < float("inf"):
             raise ValueError(f"topas: size_cv={size_cv} must be a finite number >= 0")
         self.size_cv = size_cv
+        if not 0 <= size_corr <= 1:
+            raise ValueError(f"topas: size_corr={size_corr} must be in [0, 1]")
+        self.size_corr = size_corr
+        #: size_corr: per unfinished task (first-sight time (s), first-sight E[LP] (s)); the
+        #: finished tasks' (E[LP], time to finish) pairs, the last 200; their rank correlation
+        self._first_seen: dict[int, tuple[float, float]] = {}
+        self._pred_pairs: list[tuple[float, float]] = []
+        self._pred_corr = -1.0
         #: size_cv: (count, sum, sum of squares) of the run's tasks' first-sight E[LP] (s)
         self._first_lp = (0, 0.0, 0.0)
         self.mc = MonteCarloLP(
@@ -187,6 +196,9 @@ class Topas(Aging, Terms):
             self._rank = ((), {})
             self._rank_keys.clear()
             self._first_lp = (0, 0.0, 0.0)
+            self._first_seen.clear()
+            self._pred_pairs.clear()
+            self._pred_corr = -1.0
             self._live_arrivals.clear()
             self._done_jcts.clear()
         if len(self._task_info) > 2 * len(snap.tasks) + 64:

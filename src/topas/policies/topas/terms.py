@@ -100,6 +100,8 @@ class Terms(TopasCore):
             if ts.task_id not in self._rank_keys:
                 n, s1, s2 = self._first_lp
                 self._first_lp = (n + 1, s1 + lp, s2 + lp * lp)
+                if self.size_corr > 0:
+                    self._first_seen[ts.task_id] = (snap.time_s, lp)
             self._rank_keys[ts.task_id] = ts.arrival_s + self.size_weight * lp
         return info
 
