@@ -140,7 +140,13 @@ def test_correlated_residuals_let_a_size_rank_put_the_easy_task_first():
     hist = pools()
     for residual, want in (("independent", (1,)), ("correlated", (2,))):
         pol = make_policy(
-            "topas", seed=1, rank_key="remaining", size_weight=10, residual=residual, n_samples=4000
+            "topas",
+            seed=1,
+            off="size_gated",
+            rank_key="remaining",
+            size_weight=10,
+            residual=residual,
+            n_samples=4000,
         )
         train_policy(pol, hist)
         assert pol.decide(hard_and_easy_waiting(hist)).admit == want, residual
@@ -163,18 +169,25 @@ def test_size_gate_uses_the_size_key_only_once_correlation_is_learned():
         assert pol.size_key_on() == (n_train > 0)
         assert pol.decide(hard_and_easy_waiting(hist)).admit == want
     with pytest.raises(ValueError, match="size_gate"):
-        make_policy("topas", seed=1, size_gate=0.5)  # needs residual=correlated
+        make_policy("topas", seed=1, off="size_gated", size_gate=0.5)  # needs residual=correlated
 
 
 def test_size_cv_gate_is_the_flagship_when_closed_and_the_size_key_when_open():
     """``size_cv``: the size rank key only while the run's tasks' first-sight E[LP] differ by
     at least that coefficient of variation.  Groupchat's tasks (3-10 rounds) differ by about
-    0.35: a gate of 10 never opens (exactly the arrival-ranked flagship), a gate of 0.05 opens
+    0.35: a gate of 10 never opens (exactly the flagship with size_gated reverted), a gate of 0.05 opens
     after ten tasks (then exactly the ungated size key once every task has been seen)."""
     from topas.api import simulate
 
     def run(**kw):
-        res = simulate("groupchat", "topas", n_tasks=40, rate=0.15, seed=1, policy_params=kw)
+        res = simulate(
+            "groupchat",
+            "topas",
+            n_tasks=40,
+            rate=0.15,
+            seed=1,
+            policy_params={"off": "size_gated", **kw},
+        )
         return [round(t.finished_s, 9) for t in res.tasks]
 
     size = {"rank_key": "remaining", "size_weight": 10.0}
@@ -183,7 +196,7 @@ def test_size_cv_gate_is_the_flagship_when_closed_and_the_size_key_when_open():
     assert run(**size, size_cv=10.0) == flagship
     gated = run(**size, size_cv=0.05)
     assert gated != flagship
-    pol = make_policy("topas", seed=1, **size, size_cv=0.3)
+    pol = make_policy("topas", seed=1, off="size_gated", **size, size_cv=0.3)
     pol._first_lp = (9, 9.0, 9.0 * 4)  # nine tasks, CV 1.73: too few to open
     assert not pol.size_key_on()
     pol._first_lp = (10, 10.0, 10.0 * 1.1)  # CV 0.32
@@ -191,7 +204,7 @@ def test_size_cv_gate_is_the_flagship_when_closed_and_the_size_key_when_open():
     pol._first_lp = (10, 10.0, 10.0 * 1.05)  # CV 0.22
     assert not pol.size_key_on()
     with pytest.raises(ValueError, match="size_cv"):
-        make_policy("topas", seed=1, size_cv=-1.0)
+        make_policy("topas", seed=1, off="size_gated", size_cv=-1.0)
 
 
 def test_spearman_rank_correlation():
@@ -207,12 +220,19 @@ def test_spearman_rank_correlation():
 def test_size_corr_gate_opens_once_predictions_have_proved_right():
     """``size_corr``: the size rank key only while the rank correlation between the finished
     tasks' first-sight E[LP] and their time from then to finish is at least the gate.  A
-    gate of 1 never opens on groupchat (exactly the arrival-ranked flagship); a gate of 0.3
+    gate of 1 never opens on groupchat (exactly the flagship with size_gated reverted); a gate of 0.3
     opens once 20 tasks have finished (groupchat's round counts are known at arrival)."""
     from topas.api import simulate
 
     def run(**kw):
-        res = simulate("groupchat", "topas", n_tasks=60, rate=0.15, seed=1, policy_params=kw)
+        res = simulate(
+            "groupchat",
+            "topas",
+            n_tasks=60,
+            rate=0.15,
+            seed=1,
+            policy_params={"off": "size_gated", **kw},
+        )
         return [round(t.finished_s, 9) for t in res.tasks]
 
     size = {"rank_key": "remaining", "size_weight": 10.0}
@@ -220,14 +240,14 @@ def test_size_corr_gate_opens_once_predictions_have_proved_right():
     assert run(**size) != flagship  # the size key changes the order here
     assert run(**size, size_corr=1.0) == flagship
     assert run(**size, size_corr=0.3) != flagship
-    pol = make_policy("topas", seed=1, **size, size_corr=0.5)
+    pol = make_policy("topas", seed=1, off="size_gated", **size, size_corr=0.5)
     assert not pol.size_key_on()  # nothing has finished
     pol._pred_corr = 0.6
     assert pol.size_key_on()
     pol._pred_corr = 0.4
     assert not pol.size_key_on()
     with pytest.raises(ValueError, match="size_corr"):
-        make_policy("topas", seed=1, size_corr=1.5)
+        make_policy("topas", seed=1, off="size_gated", size_corr=1.5)
 
 
 def test_size_corr_window_pairs_first_sight_estimates_with_times_to_finish():
@@ -236,7 +256,7 @@ def test_size_corr_window_pairs_first_sight_estimates_with_times_to_finish():
     from test_topas_fixtures import make_snapshot, make_task
     from topas.engine.snapshot import StageStatus as S
 
-    pol = make_policy("topas", seed=1, rank_key="remaining", size_corr=0.5)
+    pol = make_policy("topas", seed=1, off="size_gated", rank_key="remaining", size_corr=0.5)
     hist: dict = {}
     for k in range(19):
         pol._first_seen[k] = (float(k), float(k))

@@ -186,11 +186,16 @@ def size_state():
     )
 
 
+#: the size key with its gates open from the start (the flagship's ``size_gated`` opens them
+#: only on evidence) and no tail guard
+UNGATED = {"size_gate": 0.0, "size_corr": 0.0, "tail_q": 0.0}
+
+
 def test_rank_key_remaining_puts_the_shorter_task_first():
     assert decide(size_state()).admit == (1,)  # rank by arrival: the older task
-    assert decide(size_state(), rank_key="remaining", size_weight=1e6).admit == (2,)
+    assert decide(size_state(), rank_key="remaining", size_weight=1e6, **UNGATED).admit == (2,)
     # a predicted finish: one second of arrival outweighs a tiny size weight
-    assert decide(size_state(), rank_key="finish", size_weight=1e-9).admit == (1,)
+    assert decide(size_state(), rank_key="finish", size_weight=1e-9, **UNGATED).admit == (1,)
 
 
 def test_tail_q_puts_a_task_older_than_the_runs_tail_ahead_of_the_size_rank():
@@ -217,7 +222,9 @@ def test_tail_q_puts_a_task_older_than_the_runs_tail_ahead_of_the_size_rank():
         )
 
     def run(**params):
-        pol = make_policy("topas", seed=0, rank_key="remaining", size_weight=1e6, **params)
+        pol = make_policy(
+            "topas", seed=0, rank_key="remaining", size_weight=1e6, **{**UNGATED, **params}
+        )
         hist: dict = {}
         others = [
             make_task(100 + k, {"a": ("A", (), S.RUNNING)}, arrival_s=k * 0.1) for k in range(10)
@@ -230,4 +237,20 @@ def test_tail_q_puts_a_task_older_than_the_runs_tail_ahead_of_the_size_rank():
 
     assert run() == (2,)  # the size rank alone: the shorter, younger task
     assert run(tail_q=0.5) == (1,)  # task 1 is older than the run's median JCT
-    assert make_policy("topas", seed=0).tail_q == 0.0
+    assert make_policy("topas", seed=0, off="size_gated").tail_q == 0.0
+    assert make_policy("topas", seed=0).tail_q == 0.6  # the flagship's size_gated guard
+
+
+def test_size_gated_ranks_by_size_only_once_size_estimates_have_proved_right():
+    # the gates start closed (nothing finished, no correlation learned): arrival rank, the
+    # older task 1 first, as with the departure reverted
+    assert decide(size_state()).admit == (1,)
+    assert decide(size_state(), off="size_gated").admit == (1,)
+    # once finished tasks have shown first-sight E[LP] to rank times to finish well, the
+    # size key puts the younger task with one stage left (task 2) first
+    for off, want in (("", (2,)), ("size_gated", (1,))):
+        pol = make_policy("topas", seed=0, off=off)
+        snap = size_state()
+        pol._run_id = snap.run_key  # the same run: the learned correlation is kept
+        pol._pred_corr = 0.9
+        assert pol.decide(snap).admit == want, off

@@ -308,6 +308,30 @@ DEPARTURES: dict[str, tuple[dict[str, object], dict[str, object]]] = {
     # expected to finish before the blocked request could fit, or fits beside it then (big
     # single requests no longer leave the engine idle: plan-execute-hard)
     "backfill": ({"backfill": True}, {"backfill": False}),
+    # a size-aware rank used only where size estimates are trustworthy: tasks are ranked by
+    # arrival + 3 * E[LP] (E[LP] on residuals correlated within a task, review H1) only while
+    # the run's work is seen to be correlated within tasks (a^2 >= 0.2: hardness revealed by
+    # finished stages, mapreduce-hard) or its first-sight E[LP] has ranked the finished
+    # tasks' times to finish well (Spearman >= 0.8, groupchat); a task older than the 0.6
+    # quantile of the run's JCTs ranks first (bounds the overtaking); otherwise arrival rank
+    "size_gated": (
+        {
+            "residual": "correlated",
+            "rank_key": "remaining",
+            "size_weight": 3.0,
+            "size_gate": 0.2,
+            "size_corr": 0.8,
+            "tail_q": 0.6,
+        },
+        {
+            "residual": "independent",
+            "rank_key": "arrival",
+            "size_weight": 1.0,
+            "size_gate": 0.0,
+            "size_corr": 0.0,
+            "tail_q": 0.0,
+        },
+    ),
 }
 
 
@@ -327,7 +351,8 @@ def flagship_params(off: tuple[str, ...] = ()) -> dict[str, object]:
     "topas",
     "TOPAS, our flagship: the paper's Score and prefix-set search plus context "
     "holds before admission, no preemption, uncapped admissions, rank task priority, "
-    "prefix-group packing by gain per KV token, head-of-line blocking with backfilling",
+    "prefix-group packing by gain per KV token, head-of-line blocking with backfilling, "
+    "a size-aware rank gated on trustworthy size estimates",
     source="TOPAS (arXiv 2608.25523) + our departures (docs/topas.md)",
     # the flagship's defaults are the departures; ``off`` reverts some of them
     params=(
