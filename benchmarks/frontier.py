@@ -3,8 +3,9 @@
     PYTHONPATH=src python benchmarks/frontier.py [--workloads groupchat,mapreduce-hard]
         [--seeds 3-12] [--weights 0,1,3,10,100] [--cache on|off] [--jobs 2]
 
-For each ``size_weight`` W (``rank_key=remaining``; W = 0 is the flagship's arrival rank,
-a large W is SPF's order) it prints the flagship's paired per-seed difference (mean and 95 %
+For each ``size_weight`` W (``rank_key=remaining``, ungated, on the flagship with its
+``size_gated`` departure reverted; W = 0 is that flagship's arrival rank, a large W is SPF's
+order) it prints the flagship's paired per-seed difference (mean and 95 %
 interval) in mean JCT against the best baseline by mean, in p99 JCT against that same
 baseline, and in p99 against the best baseline by p99 -- the three numbers issue 12's bar
 combines -- and the same for SPF and Continuum, so one sees whether any point of the family
@@ -41,9 +42,10 @@ def main(argv: list[str]) -> int:
     cc = a.cache == "on"
 
     def variant(w: float) -> tuple:
+        base = (("off", "size_gated"),)
         if w == 0:
-            return ()
-        return (("rank_key", "remaining"), ("size_weight", w))
+            return base
+        return (*base, ("rank_key", "remaining"), ("size_weight", w))
 
     jobs: list[Job] = []
     for wl in a.workloads.split(","):

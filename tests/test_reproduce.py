@@ -379,3 +379,26 @@ def test_sigint_stops_reproduce_fast_and_keeps_a_resumable_cache(tmp_path):
     finally:
         R.run_job = orig
     assert set(again) == set(done)
+
+
+def test_atomic_writes_get_ordinary_file_permissions(tmp_path):
+    """A result file written atomically is readable as any file the user writes (0o666 less
+    the umask), not owner-only like the temporary file it is renamed from."""
+    import stat
+
+    from topas.metrics.summary import atomic_write_text
+
+    p = tmp_path / "report.md"
+    atomic_write_text(p, "x\n")
+    plain = tmp_path / "plain.md"
+    plain.write_text("x\n")
+    mode = stat.S_IMODE(p.stat().st_mode)
+    assert mode == stat.S_IMODE(plain.stat().st_mode) == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

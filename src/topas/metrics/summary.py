@@ -114,15 +114,28 @@ def _first_arrival(cres) -> float:
     return min((t.arrival_s for r in cres.replicas for t in r.tasks), default=0.0)
 
 
+def _process_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+#: read once at import (os.umask can only be read by setting it)
+_UMASK = _process_umask()
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temporary file in the same folder and a rename, so a
-    crash never leaves a half-written file."""
+    crash never leaves a half-written file.  The file gets the permissions an ordinary
+    ``open(path, "w")`` would give it (``0o666`` less the umask), not the temporary file's
+    owner-only ``0o600``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
