@@ -172,23 +172,30 @@ def test_size_gate_uses_the_size_key_only_once_correlation_is_learned():
         make_policy("topas", seed=1, off="size_gated", size_gate=0.5)  # needs residual=correlated
 
 
+def groupchat_finishes(n_tasks: int, **params) -> list[float]:
+    """Task finish times (s) of the flagship with ``size_gated`` reverted plus ``params`` on
+    groupchat (rate 0.15, seed 1): the gates' scenarios compare whole schedules."""
+    from topas.api import simulate
+
+    res = simulate(
+        "groupchat",
+        "topas",
+        n_tasks=n_tasks,
+        rate=0.15,
+        seed=1,
+        policy_params={"off": "size_gated", **params},
+    )
+    return [round(t.finished_s, 9) for t in res.tasks]
+
+
 def test_size_cv_gate_is_the_flagship_when_closed_and_the_size_key_when_open():
     """``size_cv``: the size rank key only while the run's tasks' first-sight E[LP] differ by
     at least that coefficient of variation.  Groupchat's tasks (3-10 rounds) differ by about
     0.35: a gate of 10 never opens (exactly the flagship with size_gated reverted), a gate of 0.05 opens
     after ten tasks (then exactly the ungated size key once every task has been seen)."""
-    from topas.api import simulate
 
     def run(**kw):
-        res = simulate(
-            "groupchat",
-            "topas",
-            n_tasks=40,
-            rate=0.15,
-            seed=1,
-            policy_params={"off": "size_gated", **kw},
-        )
-        return [round(t.finished_s, 9) for t in res.tasks]
+        return groupchat_finishes(40, **kw)
 
     size = {"rank_key": "remaining", "size_weight": 10.0}
     flagship, ungated = run(), run(**size)
@@ -222,18 +229,9 @@ def test_size_corr_gate_opens_once_predictions_have_proved_right():
     tasks' first-sight E[LP] and their time from then to finish is at least the gate.  A
     gate of 1 never opens on groupchat (exactly the flagship with size_gated reverted); a gate of 0.3
     opens once 20 tasks have finished (groupchat's round counts are known at arrival)."""
-    from topas.api import simulate
 
     def run(**kw):
-        res = simulate(
-            "groupchat",
-            "topas",
-            n_tasks=60,
-            rate=0.15,
-            seed=1,
-            policy_params={"off": "size_gated", **kw},
-        )
-        return [round(t.finished_s, 9) for t in res.tasks]
+        return groupchat_finishes(60, **kw)
 
     size = {"rank_key": "remaining", "size_weight": 10.0}
     flagship = run()
