@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 from topas.engine.snapshot import Snapshot, TaskState
 from topas.policies.topas.core import TopasCore
@@ -71,12 +71,13 @@ class Aging(TopasCore):
         """``size_corr``: a task seen before that has left ``snap.tasks`` finished now; its
         (first-sight E[LP], time from first sight to now) joins the window of the last 200,
         whose Spearman rank correlation is ``_pred_corr`` (-1 until 20 tasks finished)."""
-        seen, tasks = self._first_seen, snap.tasks
-        if len(seen) <= len(tasks) and all(t in tasks for t in seen):
+        seen = self._first_seen
+        gone = finished(seen, snap.tasks)
+        if not gone:
             return
         now = snap.time_s
         pairs = self._pred_pairs
-        for tid in [t for t in seen if t not in tasks]:
+        for tid in gone:
             t0, lp = seen.pop(tid)
             pairs.append((lp, now - t0))
         del pairs[:-200]
@@ -88,10 +89,10 @@ class Aging(TopasCore):
         of the tasks finished so far in this run (inf until 10 have finished)."""
         live, done = self._live_arrivals, self._done_jcts
         tasks = snap.tasks
-        if len(live) != len(tasks) or any(t not in tasks for t in live):
-            now = snap.time_s
-            for tid in [t for t in live if t not in tasks]:
-                bisect.insort(done, now - live.pop(tid))
+        now = snap.time_s
+        for tid in finished(live, tasks):
+            bisect.insort(done, now - live.pop(tid))
+        if len(live) != len(tasks):
             for tid, ts in tasks.items():
                 if tid not in live:
                     live[tid] = ts.arrival_s
@@ -150,7 +151,15 @@ class Aging(TopasCore):
         return self._rank[1]
 
 
-def _ranks(xs: list[float]) -> list[float]:
+def finished(tracked: Mapping[int, object], tasks: Mapping[int, object]) -> list[int]:
+    """The task ids in ``tracked`` that are no longer in ``tasks`` (a task leaves
+    ``Snapshot.tasks`` when it finishes); no list is built when none has gone."""
+    if len(tracked) <= len(tasks) and all(t in tasks for t in tracked):
+        return []
+    return [t for t in tracked if t not in tasks]
+
+
+def _ranks(xs: Sequence[float]) -> list[float]:
     """Ranks 0..n-1 of ``xs``, ties given their mean rank."""
     order = sorted(range(len(xs)), key=xs.__getitem__)
     ranks = [0.0] * len(xs)
@@ -165,7 +174,7 @@ def _ranks(xs: list[float]) -> list[float]:
     return ranks
 
 
-def spearman(xs: list[float], ys: list[float]) -> float:
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
     """Spearman's rank correlation of two equally long sequences (0 when either is
     constant)."""
     rx, ry = _ranks(xs), _ranks(ys)

@@ -16,17 +16,14 @@ from topas.engine.snapshot import Snapshot
 from topas.estimators import EmpiricalResidual, MonteCarloLP, TrueResidual
 from topas.policies import register
 from topas.policies.base import AdmissionPlan
-from topas.policies.params import (
-    Param,
-    without,
-)
+from topas.policies.params import Param, without
 from topas.policies.parrot import task_fcfs_key
 from topas.policies.topas.aging import Aging
 from topas.policies.topas.context import Context
 from topas.policies.topas.parameters import DEFAULTS, PARAMS
 from topas.policies.topas.search import Choice, exhaustive
 from topas.policies.topas.search import hierarchical as local_search
-from topas.policies.topas.terms import TaskInfo, Terms, _MoveCost
+from topas.policies.topas.terms import Terms
 from topas.workflow.model import Task
 
 
@@ -128,14 +125,14 @@ class Topas(Aging, Terms):
         self.tail_q = tail_q
         #: tail_q > 0: arrival time of every unfinished task seen, and the sorted JCTs (s) of
         #: the tasks seen to finish (a task finishes when it leaves ``snap.tasks``)
-        self._live_arrivals: dict[int, float] = {}
-        self._done_jcts: list[float] = []
+        self._live_arrivals = {}
+        self._done_jcts = []
         #: rank_key != "arrival": task id -> its rank key (s), set when its E[LP] is estimated
-        self._rank_keys: dict[int, float] = {}
+        self._rank_keys = {}
         #: KV tokens and prefixes a subclass has already committed in this decision (holds
         #: decided before admission); the search packs into what is left
         self._committed_tokens = 0
-        self._committed_agents: frozenset[str] = frozenset()
+        self._committed_agents = frozenset()
         self.redo_cost = redo_cost
         self.revoke_value = revoke_value
         self.min_gain_s = min_gain_s
@@ -162,21 +159,21 @@ class Topas(Aging, Terms):
         self.size_corr = size_corr
         #: size_corr: per unfinished task (first-sight time (s), first-sight E[LP] (s)); the
         #: finished tasks' (E[LP], time to finish) pairs, the last 200; their rank correlation
-        self._first_seen: dict[int, tuple[float, float]] = {}
-        self._pred_pairs: list[tuple[float, float]] = []
+        self._first_seen = {}
+        self._pred_pairs = []
         self._pred_corr = -1.0
         #: size_cv: (count, sum, sum of squares) of the run's tasks' first-sight E[LP] (s)
         self._first_lp = (0, 0.0, 0.0)
         self.mc = MonteCarloLP(
             EmpiricalResidual(), n_samples=n_samples, seed=seed, correlated=residual == "correlated"
         )
-        self._lookahead: dict[int, tuple[int, tuple[str, ...]]] = {}
-        self._la_counts: dict[str, int] = {}  #: n_a(t) summed over ``_lookahead``
-        self._median: tuple[int, float] = (-1, 0.0)
+        self._lookahead = {}
+        self._la_counts = {}  #: n_a(t) summed over ``_lookahead``
+        self._median = (-1, 0.0)
         #: per task: its Monte Carlo entry for its current version (terms.TaskInfo)
-        self._task_info: dict[int, TaskInfo] = {}
+        self._task_info = {}
         #: per agent: its prefix move costs c_in, c_out (s) for its prefix state
-        self._moves: dict[str, _MoveCost] = {}
+        self._moves = {}
         self._run_id = -1
         #: (unfinished task ids, task id -> number of younger unfinished tasks) for rank aging
         self._rank = ((), {})
