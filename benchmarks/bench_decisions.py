@@ -87,6 +87,11 @@ def main() -> None:
         k, v = kv.split("=", 1)
         params[k] = v
     names = [n for n in args.policy.split(",") if n]
+    for n in names:
+        try:
+            make_policy(n, seed=args.seed, **params)
+        except (KeyError, ValueError) as e:  # ParamError is a ValueError
+            ap.error(f"--policy {n}: {e}")
     wl = args.workload if args.workload in list_workloads() else "toy-chain"
     if wl != args.workload:
         print(f"workload {args.workload!r} not registered; using {wl!r}")
