@@ -107,7 +107,7 @@ def main() -> None:
             wall_mean = float(np.median([r[1].mean() for r in runs[n]]))
             wall_p99 = float(np.median([np.percentile(r[1], 99) for r in runs[n]]))
             share = float(np.median([r[2] for r in runs[n]]))
-            label = "median of %d runs: " % args.repeat if args.repeat > 1 else ""
+            label = f"median of {args.repeat} runs: " if args.repeat > 1 else ""
             print(
                 f"{n} {wl} rate={rate:.4g} ({mult}x): decisions={runs[n][0][0].size} {label}"
                 f"cpu mean_ms={cpu_mean:.3f} p99_ms={cpu_p99:.3f} "

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from topas.metrics.paired import paired_rows, verdict
+from topas.policies import check_params
 from topas.reproduce import (
     BASELINES,
     OTHER_TASKS_FULL,
@@ -39,15 +40,6 @@ def seeds_arg(text: str) -> list[int]:
         a, b = text.split("-")
         return list(range(int(a), int(b) + 1))
     return [int(s) for s in text.split(",")]
-
-
-def parse_value(v: str):
-    for conv in (int, float):
-        try:
-            return conv(v)
-        except ValueError:
-            pass
-    return {"true": True, "false": False, "none": None}.get(v.lower(), v)
 
 
 def main(argv: list[str]) -> int:
@@ -73,10 +65,36 @@ def main(argv: list[str]) -> int:
     wls = {"paper": PAPER, "others": OTHER_WORKLOADS, "all": PAPER + OTHER_WORKLOADS}.get(
         a.workloads, tuple(a.workloads.split(","))
     )
-    seeds = seeds_arg(a.seeds)
-    params = tuple(sorted((k, parse_value(v)) for k, v in (p.split("=", 1) for p in a.param)))
+    try:
+        seeds = seeds_arg(a.seeds)
+    except ValueError:
+        ap.error(f"--seeds {a.seeds!r}: expected a list such as 1,2 or a range such as 3-12")
+    if len(set(seeds)) < 2:
+        ap.error(f"--seeds {a.seeds!r}: a paired interval needs at least 2 distinct seeds")
+    given: dict[str, object] = {}
+    for kv in a.param:
+        if "=" not in kv:
+            ap.error(f"--param {kv!r}: expected KEY=VALUE")
+        k, v = kv.split("=", 1)
+        given[k] = v
+    try:
+        # the target's declared parameters convert the strings, as `topas run --param` does
+        # (so a choice value such as group_agents=none stays the string it names)
+        params = tuple(sorted(check_params(a.target, given).items()))
+    except ValueError as e:
+        ap.error(f"--target {a.target} --param: {e}")
     bases = [b for b in a.baselines.split(",") if b]
     also = [p for p in a.also.split(",") if p]
+    for name in (*bases, *also):
+        try:
+            check_params(name, {})
+        except ValueError as e:
+            ap.error(f"--baselines/--also: {e}")
+    for w in wls:
+        try:
+            rate_of(w, a.mult)
+        except ValueError as e:
+            ap.error(f"--workloads: {e}")
     caches = {"on": [True], "off": [False], "both": [False, True]}[a.cache]
     jobs: list[Job] = []
     for w in wls:
@@ -110,7 +128,7 @@ def main(argv: list[str]) -> int:
         f"{'workload':13s} {'cache':5s} {'best':12s} {'best mean':>9s} {'target':>8s} "
         f"{'mean JCT vs best [95% CI]':>28s} {'p99 vs best-p99 [95% CI]':>28s} wins"
     )
-    worst = -1e9
+    worst: float | None = None
     for row in rows:
         cc = "on" if row["cache"] else "off"
         t = row.get(tgt)
@@ -118,7 +136,7 @@ def main(argv: list[str]) -> int:
             print(f"{row['workload']:13s} {cc:5s} failed: {row['failed']}")
             continue
         pm, pp = t["vs_best"], t["p99_vs_best"]
-        worst = max(worst, pm.mean_pct)
+        worst = pm.mean_pct if worst is None else max(worst, pm.mean_pct)
         print(
             f"{row['workload']:13s} {cc:5s} {row['best']:12s} {row['best_mean']:9.1f} "
             f"{t['mean']:8.1f} {pm.fmt():>28s} {pp.fmt():>28s} {pm.wins:2d}/{pm.n} "
@@ -135,7 +153,10 @@ def main(argv: list[str]) -> int:
                     f"{b}={v:.1f}" for b, v in sorted(row["means"].items(), key=lambda kv: kv[1])
                 )
             )
-    print(f"worst mean difference: {worst:+.1f}%")
+    print(
+        "worst mean difference: "
+        + (f"{worst:+.1f}%" if worst is not None else "none (every target run failed)")
+    )
     return 0
 
 

@@ -1,0 +1,76 @@
+"""The benchmark scripts' command lines: bad input is a one-line usage error before any run,
+and parameters are converted by the policy's own declarations (benchmarks/paired.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--seeds", "1"], "at least 2 distinct seeds"),
+        (["--seeds", "x-y"], "--seeds 'x-y'"),
+        (["--workloads", "nope"], "workload 'nope'"),
+        (["--baselines", "fcfs,zzz"], "policy 'zzz'"),
+        (["--param", "group_agents=nah"], "group_agents='nah'"),
+        (["--param", "bogus=1"], "unknown parameter 'bogus'"),
+        (["--param", "K"], "expected KEY=VALUE"),
+    ],
+)
+def test_paired_bad_input_is_a_usage_error(args, needle, capsys, tmp_path):
+    paired = _load("paired")
+    base = ["--seeds", "1,2", "--workloads", "chain3", "--quiet", "--cache-dir", str(tmp_path)]
+    with pytest.raises(SystemExit) as ex:
+        paired.main(base + args)
+    assert ex.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert needle in err
+    assert not any(tmp_path.iterdir())  # nothing ran
+
+
+def test_paired_choice_value_none_is_the_string(capsys, tmp_path):
+    # group_agents=none names a choice; it used to become Python None and every target
+    # run failed silently
+    paired = _load("paired")
+    rc = paired.main(
+        [
+            "--seeds", "1,2", "--workloads", "toy-chain", "--task-mult", "0.1",
+            "--baselines", "fcfs", "--cache", "on", "--quiet", "--jobs", "1",
+            "--cache-dir", str(tmp_path), "--param", "group_agents=none",
+        ]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "failed" not in out
+    assert "'group_agents': 'none'" in out
+    assert "worst mean difference: " in out and "none (" not in out
+
+
+def test_bench_decisions_bad_input(capsys, monkeypatch):
+    bench = _load("bench_decisions")
+    for argv, needle in (
+        (["--policy", "nope"], "policy 'nope'"),
+        (["--param", "bogus=1"], "unknown parameter 'bogus'"),
+        (["--repeat", "0"], "--repeat 0"),
+    ):
+        monkeypatch.setattr(sys, "argv", ["bench_decisions.py", *argv])
+        with pytest.raises(SystemExit) as ex:
+            bench.main()
+        assert ex.value.code == 2
+        assert needle in capsys.readouterr().err
