@@ -518,3 +518,52 @@ def test_check_returns_the_footprint_the_engine_then_reports():
     run(tasks, [Agent("A", 1000)], policy=Checked())
     # each arrival finds the engine idle: the first admission needs prefix + prompt
     assert checked[0] == 1000 + 500
+
+
+def _conversation(shared: int = 1000) -> Task:
+    """A (prompt 1000) -> B -> A again, whose prompt starts with A's first 1000 tokens."""
+    return Task(
+        0,
+        0.0,
+        (
+            Stage("a1", "A", (Call(1000, 100),)),
+            Stage("b", "B", (Call(1200, 100),), deps=("a1",)),
+            Stage(
+                "a2", "A", (Call(1500, 50),), deps=("b",), shares_with="a1", shared_tokens=shared
+            ),
+        ),
+    )
+
+
+def test_context_cache_finds_a_conversation_the_same_agent_saw_in_an_earlier_stage():
+    """Automatic prefix caching across stages: ``a2`` begins with the conversation ``a1`` saw
+    (``shares_with``), so with the context cache its first call prefills only the rest;
+    without it, or once the cached context had to make room, all of it (as vLLM would)."""
+    P = 800
+    agents = [Agent("A", P), Agent("B", 0)]
+    _, off = run([_conversation()], agents, context_cache=False)
+    _, on = run([_conversation()], agents)
+    hit = {r.stage: r.cached_tokens for r in on.requests}
+    assert hit == {"a1": 0, "b": 0, "a2": 1000}
+    assert {r.stage: r.cached_tokens for r in off.requests}["a2"] == 0
+    assert on.counters.context_hit_tokens == 1000 and off.counters.context_hit_tokens == 0
+    a2_on = next(r for r in on.requests if r.stage == "a2")
+    a2_off = next(r for r in off.requests if r.stage == "a2")
+    # a2's wait for A's prefix is the same; only its own prefill shrinks
+    assert a2_on.finished_s - a2_on.admitted_s == pytest.approx(
+        COST.prefill_time(500, P + 1000) + COST.decode_run_time(1, P + 1501, 49)
+    )
+    assert a2_off.finished_s - a2_off.admitted_s == pytest.approx(
+        COST.prefill_time(1500, P) + COST.decode_run_time(1, P + 1501, 49)
+    )
+    # never more than the shared tokens, however long the earlier context
+    _, part = run([_conversation(shared=300)], agents)
+    assert {r.stage: r.cached_tokens for r in part.requests}["a2"] == 300
+    # the bound credits the same tokens, so it stays below the JCT
+    for res in (on, off, part):
+        assert res.tasks[0].lower_bound_s <= res.tasks[0].jct_s
+    # b's request needs the free memory the cached context sat in (2900 - 800 - 1300 < 1099
+    # once b has decoded): it is evicted
+    _, tight = run([_conversation()], agents, kv_budget_tokens=2900, block_size=1)
+    assert {r.stage: r.cached_tokens for r in tight.requests}["a2"] == 0
+    assert tight.counters.context_hit_tokens == 0

@@ -67,11 +67,15 @@ def scenarios(draw):
                 )
                 for _ in range(draw(st.integers(1, 3)))
             )
-            stages.append(
-                Stage(
-                    f"s{k}", f"a{draw(st.integers(0, n_agents - 1))}", calls, deps, kind=f"k{k % 2}"
-                )
-            )
+            agent = f"a{draw(st.integers(0, n_agents - 1))}"
+            share: dict = {}
+            if deps and draw(st.booleans()):
+                # a conversation: the stage begins with a dependency's leading prompt tokens
+                src = stages[int(draw(st.sampled_from(deps))[1:])]
+                agent = src.agent
+                limit = min(src.calls[0].prompt_tokens, calls[0].prompt_tokens)
+                share = dict(shares_with=src.name, shared_tokens=draw(st.integers(1, limit)))
+            stages.append(Stage(f"s{k}", agent, calls, deps, kind=f"k{k % 2}", **share))
         tasks.append(Task(tid, draw(st.floats(0, 20, allow_nan=False)), tuple(stages)))
     # the largest request fits (prompt + output in blocks of 16, one block of headroom)
     need = max(a.prefix_tokens for a in agents) + 1104 + 16
@@ -145,7 +149,26 @@ def check_result(res, tasks, block: int, cluster: bool = False) -> None:
                 # (events are seen at iteration boundaries, so readiness may come a bit later)
                 if prev is None:
                     assert r.ready_s >= deps_done, (r, deps_done)
-                    assert r.cached_tokens == 0, r
+                    full = 0
+                    if s.shares_with:
+                        # only whole blocks of the shared tokens the earlier stage's last
+                        # call computed (in a cluster: any of its calls, whose context a
+                        # replica the stage moved away from may still cache)
+                        src = stages[s.shares_with]
+                        rounds = range(len(src.calls)) if cluster else [len(src.calls) - 1]
+                        computed = max(
+                            calls[(task.task_id, src.name, j)].prompt_tokens
+                            + calls[(task.task_id, src.name, j)].output_tokens
+                            - 1
+                            for j in rounds
+                        )
+                        full = context_credit(
+                            min(computed, s.shared_tokens), r.prompt_tokens, block
+                        )
+                    if cluster:
+                        assert 0 <= r.cached_tokens <= full, (r, full)
+                    else:
+                        assert r.cached_tokens in (0, full), (r, full)
                 else:
                     # ready when its tool returns, never before
                     tool_back = prev.finished_s + s.calls[j - 1].tool_delay_s

@@ -361,3 +361,33 @@ def test_vllm_compat_check_of_a_request():
     del full.num_preemptions
     with pytest.raises(UnsupportedVLLM, match="Request.num_preemptions"):
         check_request(full)
+
+
+def test_vllm_prompts_continue_a_conversation_with_the_ids_the_simulator_credits():
+    """The vLLM driver's prompt ids: a stage continuing a conversation (``shares_with``)
+    begins with exactly ``shared_tokens`` of the earlier stage's prompt ids (so vLLM's prefix
+    cache can find them), and scaling keeps that within both prompts."""
+    import numpy as np
+
+    from topas.integrations.vllm.driver import DriveConfig, prompt_stream, scale_tasks
+    from topas.workflow.model import validate_task
+    from topas.workloads import get_workload
+
+    wl = get_workload("groupchat")
+    tasks = wl.sample(30, wl.default_rate, np.random.default_rng(2))
+    scaled, agents = scale_tasks(tasks, wl.agents, DriveConfig())
+    checked = 0
+    for t in scaled:
+        validate_task(t, agents)
+        streams: dict = {}
+        by = {s.name: s for s in t.stages}
+        for s in t.stages:
+            ids = prompt_stream(streams, t, s, 4096, 0)[: s.calls[0].prompt_tokens]
+            if not s.shares_with:
+                continue
+            src = by[s.shares_with]
+            src_ids = prompt_stream(streams, t, src, 4096, 0)[: src.calls[0].prompt_tokens]
+            n = s.shared_tokens
+            assert ids[:n] == src_ids[:n] and ids[n] != src_ids[n]
+            checked += 1
+    assert checked > 20

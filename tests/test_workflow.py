@@ -48,6 +48,53 @@ def one(stages, tid=0, at=0.0):
             r"duplicate stage names \['x'\]",
         ),
         (
+            one(
+                [
+                    Stage("x", "A", (Call(10, 10),)),
+                    Stage("y", "A", (Call(20, 10),), deps=("x",), shares_with="z", shared_tokens=5),
+                ]
+            ),
+            r"stage 'y': shares_with 'z' is not a stage of the task",
+        ),
+        (
+            one(
+                [
+                    Stage("x", "B", (Call(10, 10),)),
+                    Stage("y", "A", (Call(20, 10),), deps=("x",), shares_with="x", shared_tokens=5),
+                ]
+            ),
+            r"stage 'y': shares_with 'x' is run by 'B', not 'A'",
+        ),
+        (
+            one(
+                [
+                    Stage("x", "A", (Call(10, 10),)),
+                    Stage("y", "A", (Call(20, 10),), shares_with="x", shared_tokens=5),
+                ]
+            ),
+            r"stage 'y': shares_with 'x' is not an ancestor",
+        ),
+        (
+            one(
+                [
+                    Stage("x", "A", (Call(10, 10),)),
+                    Stage(
+                        "y", "A", (Call(20, 10),), deps=("x",), shares_with="x", shared_tokens=11
+                    ),
+                ]
+            ),
+            r"stage 'y': shared_tokens 11 exceeds the first prompts' 10 tokens",
+        ),
+        (
+            one(
+                [
+                    Stage("x", "A", (Call(10, 10),)),
+                    Stage("y", "A", (Call(20, 10),), deps=("x",), shares_with="x"),
+                ]
+            ),
+            r"stage 'y' shared_tokens: must be an integer > 0",
+        ),
+        (
             one([Stage("x", "A", (Call(40_000, 10),))]),
             r"needs 41011 KV tokens .* more than the KV "
             r"budget of 32768",

@@ -194,6 +194,35 @@ def test_plan_execute_supervisor_groupchat_structures():
     assert min(rounds) >= 3 and max(rounds) == 10
 
 
+def test_groupchat_calls_continue_the_conversation_their_agent_saw_last():
+    """history 1.0 puts the whole conversation first: an agent's stage shares the leading
+    tokens (the conversation then) with its previous stage in the chat, unless max_prompt
+    cut either prompt; workloads without such stages share nothing."""
+    _, tasks = sample("groupchat", 60)
+    n_shared = 0
+    for t in tasks:
+        by = {s.name: s for s in t.stages}
+        last: dict[str, str] = {}
+        for s in t.stages:
+            prev = last.get(s.agent)
+            if s.shares_with:
+                n_shared += 1
+                src = by[s.shares_with]
+                assert s.shares_with == prev and src.agent == s.agent
+                # the earlier stage's history: its prompt less its own part, which a later
+                # prompt of the same agent begins with
+                assert 0 < s.shared_tokens < src.calls[0].prompt_tokens
+                assert s.calls[0].prompt_tokens - s.shared_tokens >= 100  # its own prompt
+            elif prev is not None and by[prev].calls[0].prompt_tokens < 12000:
+                # only the chat's first round (no history yet) or a cut prompt shares nothing
+                assert prev.startswith("round.0.") or s.calls[0].prompt_tokens >= 12000
+            last[s.agent] = s.name
+    assert n_shared > 200
+    for name in ("dag4", "react", "metagpt-sop", "plan-execute"):
+        _, tasks = sample(name, 20)
+        assert not any(s.shares_with for t in tasks for s in t.stages)
+
+
 # --------------------------------------------------------------------------- statistics
 def test_fixed_lengths_are_exact():
     _, tasks = sample("dag10wide", 20)

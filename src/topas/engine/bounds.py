@@ -30,15 +30,17 @@ def task_lower_bound(
     block_size: int = 1,
 ) -> float:
     """The task's critical path on an empty engine: every call alone, its agent prefix already
-    resident and the previous call's context of its stage still cached (credited by the
-    engine's rule, :func:`context_credit`, for ``block_size``); tool delays included.
+    resident and the previous call's context of its stage (for a first call: the shared
+    tokens of the stage it ``shares_with``) still cached (credited by the engine's rule,
+    :func:`context_credit`, for ``block_size``); tool delays included.
     No schedule can finish the task sooner."""
     finish: dict[str, float] = {}
     for k in task.topological_order():
         s = task.stages[k]
         t = max((finish[d] for d in s.deps), default=0.0)
         prefix = agents[s.agent].prefix_tokens
-        prev_computed = 0
+        # a conversation's first call finds the agent's previous stage's shared tokens
+        prev_computed = s.shared_tokens if s.shares_with else 0
         for j, c in enumerate(s.calls):
             cached = context_credit(prev_computed, c.prompt_tokens, block_size)
             # a cached context saves prefill FLOPs but adds attention over it; in the

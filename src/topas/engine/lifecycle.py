@@ -44,6 +44,24 @@ class Lifecycle(SimCore):
             self.ctx_cache_tokens -= tokens
             if job.hit:  # the prefix was resident throughout, so the chain is intact
                 h = HeldContext(r.task_id, r.stage, agent, tokens, self.now, self.now, computed)
+        elif h is None and self.ctx_cache_tokens and r.round_index == 0:
+            spec = self._stage_spec[key]
+            src = (r.task_id, spec.shares_with)
+            if spec.shares_with and src in self.ctx_cache:
+                # a conversation: the agent's previous stage's context begins with this
+                # prompt's first shared_tokens tokens (found by prefix caching)
+                agent, tokens, computed = self.ctx_cache.pop(src)
+                self.ctx_cache_tokens -= tokens
+                if job.hit:
+                    h = HeldContext(
+                        r.task_id,
+                        r.stage,
+                        agent,
+                        tokens,
+                        self.now,
+                        self.now,
+                        min(computed, spec.shared_tokens),
+                    )
         if h is not None:
             if h.expires_s > self.now:
                 self.used_kv -= h.tokens
@@ -178,6 +196,13 @@ class Lifecycle(SimCore):
             self._push(self.now + job.tool_after_s, _TOOL, (r.task_id, r.stage))
             return
         self.state.stage_completed(ts, st, self.now)
+        truth = self._truth[ts.task_id]
+        if any(x.shares_with == r.stage for x in truth.stages):
+            # a later stage of the same agent continues this conversation: the context stays
+            # in the engine's cache (automatic prefix caching keeps it in free memory)
+            self._cache_ctx(
+                EngineState.offered(r.task_id, r.stage, r.agent, ctx_tokens, self.now, ctx_computed)
+            )
         if ts.stages_done == len(ts.stages):
             t_done = self.now
             if self._cluster is not None:
@@ -193,6 +218,10 @@ class Lifecycle(SimCore):
             truth = self._truth.pop(ts.task_id)
             for s in truth.stages:
                 del self._stage_spec[(ts.task_id, s.name)]
+                if s.shares_with:  # a conversation's cached context is never found now
+                    done_ctx = self.ctx_cache.pop((ts.task_id, s.shares_with), None)
+                    if done_ctx is not None:
+                        self.ctx_cache_tokens -= done_ctx[1]
             self.task_records.append(
                 TaskRecord(
                     ts.task_id,

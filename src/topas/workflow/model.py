@@ -81,6 +81,12 @@ class Stage:
 
     ``kind`` names the stage in its workflow template (for example ``"Engineer"`` for every
     per-file engineer stage); estimators pool service-time history by ``(agent, kind)``.
+
+    ``shares_with`` names an earlier stage of the task, run by the same agent, whose prompt
+    begins with the same ``shared_tokens`` dynamic tokens as this stage's first call: a
+    conversation history this agent saw the last time it spoke (group chat).  An engine that
+    still caches that stage's context finds those tokens (automatic prefix caching); ``""``
+    when the stage shares nothing.
     """
 
     name: str
@@ -88,6 +94,8 @@ class Stage:
     calls: tuple[Call, ...]
     deps: tuple[str, ...] = ()
     kind: str = ""
+    shares_with: str = ""
+    shared_tokens: int = 0
 
     @property
     def template(self) -> str:
@@ -193,8 +201,38 @@ def validate_task(task: Task, agents: Mapping[str, Agent]) -> Task:
             _check_pos_int(c.prompt_tokens, f"{cw} prompt_tokens")
             _check_pos_int(c.output_tokens, f"{cw} output_tokens")
             _check_nonneg_float(c.tool_delay_s, f"{cw} tool_delay_s")
+        if s.shares_with or s.shared_tokens:
+            _check_shared(task, s, sw)
     object.__setattr__(task, "_order", order)
     return task
+
+
+def _check_shared(task: Task, s: Stage, sw: str) -> None:
+    """``shares_with`` names an ancestor stage of the same agent and ``shared_tokens`` fits
+    both stages' first prompts."""
+    _check_pos_int(s.shared_tokens, f"{sw} shared_tokens")
+    by_name = {x.name: x for x in task.stages}
+    src = by_name.get(s.shares_with)
+    if src is None:
+        raise WorkflowError(f"{sw}: shares_with {s.shares_with!r} is not a stage of the task")
+    if src.agent != s.agent:
+        raise WorkflowError(
+            f"{sw}: shares_with {s.shares_with!r} is run by {src.agent!r}, not {s.agent!r}"
+        )
+    seen: set[str] = set()
+    todo = list(s.deps)
+    while todo:
+        d = todo.pop()
+        if d not in seen:
+            seen.add(d)
+            todo.extend(by_name[d].deps)
+    if src.name not in seen:
+        raise WorkflowError(f"{sw}: shares_with {s.shares_with!r} is not an ancestor")
+    limit = min(src.calls[0].prompt_tokens, s.calls[0].prompt_tokens)
+    if s.shared_tokens > limit:
+        raise WorkflowError(
+            f"{sw}: shared_tokens {s.shared_tokens} exceeds the first prompts' {limit} tokens"
+        )
 
 
 def round_up_to_blocks(tokens: int, block_size: int) -> int:

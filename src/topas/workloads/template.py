@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -198,6 +198,15 @@ def _make_stage(
     return Stage(name, agent, tuple(calls), tuple(deps), kind=s.kind), total
 
 
+def _conversation(s: StageSpec, st: Stage, hist_out: int) -> bool:
+    """Whether the stage's first prompt is the whole conversation so far followed by its own
+    prompt (``history: 1.0``, nothing inherited, not cut by ``max_prompt``): its leading
+    ``hist_out`` tokens are then the conversation the same agent's later stages see first."""
+    if s.history != 1.0 or s.inherit != 0.0:
+        return False
+    return not (s.max_prompt and st.calls[0].prompt_tokens >= s.max_prompt)
+
+
 def sample_stages(
     tpl: TemplateSpec, rng: np.random.Generator, sc: dict[str, float] = _NO_SCALE
 ) -> tuple[Stage, ...]:
@@ -222,6 +231,9 @@ def sample_stages(
         all_exits: list[str] = []
         hist_out = 0
         inner = {d for s in item.stages for d in s.deps}
+        # agent -> (its latest conversation stage in this chain, that stage's history tokens,
+        # its copy: only earlier copies' stages are ancestors of every stage of this one)
+        spoke: dict[str, tuple[str, int, int]] = {}
         for k in range(n):
             local: dict[str, str] = {}
             copy_out = 0
@@ -232,6 +244,11 @@ def sample_stages(
                 else:
                     deps = list(prev if item.layout == "chain" else ext)
                 st, tot = _make_stage(s, cname, deps, hist_out, final_out, rng, sc)
+                if item.layout == "chain" and _conversation(s, st, hist_out):
+                    last = spoke.get(st.agent)
+                    if last is not None and last[1] > 0 and last[2] < k:
+                        st = replace(st, shares_with=last[0], shared_tokens=last[1])
+                    spoke[st.agent] = (cname, hist_out, k)
                 out.append(st)
                 local[s.name] = cname
                 copy_out += tot

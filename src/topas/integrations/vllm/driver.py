@@ -86,6 +86,15 @@ def scale_tasks(
                 for c in s.calls
             )
             stages.append(replace(s, calls=calls))
+        first = {s.name: s.calls[0].prompt_tokens for s in stages}
+        for k, s in enumerate(stages):
+            if s.shares_with:  # the shared part scales too, within both (capped) prompts
+                n = min(int(s.shared_tokens * cfg.token_scale), first[s.name], first[s.shares_with])
+                stages[k] = (
+                    replace(s, shared_tokens=n)
+                    if n > 0
+                    else replace(s, shares_with="", shared_tokens=0)
+                )
         out.append(Task(t.task_id, t.arrival_s * cfg.time_scale, tuple(stages), t.workflow))
     return out, ag
 
@@ -101,6 +110,26 @@ def stage_stream(task_id: int, stage: str, n: int, vocab: int, seed: int) -> lis
     stage's later calls share their leading blocks with earlier ones (ReAct context)."""
     rng = np.random.default_rng([seed, task_id, zlib.crc32(stage.encode())])
     return rng.integers(_ID_LO, vocab, size=n).tolist()
+
+
+def prompt_stream(
+    streams: dict[tuple[int, str], list[int]], task: Task, stage: Stage, vocab: int, seed: int
+) -> list[int]:
+    """The ids a stage's calls take their dynamic prompts from (memoised in ``streams``): its
+    own :func:`stage_stream`, except that a stage continuing a conversation
+    (``shares_with``) begins with the ``shared_tokens`` ids the earlier stage's prompt began
+    with, so vLLM's prefix cache can find them as the simulator's context cache does."""
+    key = (task.task_id, stage.name)
+    out = streams.get(key)
+    if out is None:
+        n = max(c.prompt_tokens for c in stage.calls)
+        out = stage_stream(task.task_id, stage.name, n, vocab, seed)
+        if stage.shares_with:
+            src = next(x for x in task.stages if x.name == stage.shares_with)
+            head = prompt_stream(streams, task, src, vocab, seed)[: stage.shared_tokens]
+            out = head + out[len(head) :]
+        streams[key] = out
+    return out
 
 
 @dataclass
@@ -164,12 +193,7 @@ def drive(
             _, _, key = heapq.heappop(heap)
             p = pend[key]
             s, c = p.stage, p.stage.calls[p.k]
-            stream = streams.get((p.task.task_id, s.name))
-            if stream is None:
-                n = max(c.prompt_tokens for c in s.calls)
-                stream = streams[(p.task.task_id, s.name)] = stage_stream(
-                    p.task.task_id, s.name, n, vocab, seed
-                )
+            stream = prompt_stream(streams, p.task, s, vocab, seed)
             pre = agents[s.agent].prefix_tokens
             prompt = prefix_ids(s.agent, pre, vocab) + stream[: c.prompt_tokens]
             tag = make_tag(
