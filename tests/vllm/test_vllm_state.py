@@ -6,6 +6,7 @@ scheduler."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
@@ -146,3 +147,55 @@ def test_the_scheduler_is_vllms_async_one(engine, llm):
     assert not issubclass(TopasSyncScheduler, AsyncScheduler)
     assert missing_parts(sched) == []
     assert vllm.__version__ == SUPPORTED_VLLM
+
+
+def test_a_conversation_finds_its_shared_tokens_in_vllms_prefix_cache(engine):
+    """Conversation reuse across stages (``Stage.shares_with``): a lone group-chat task run
+    on vLLM finds, for the stages continuing the conversation, the shared prompt tokens in
+    vLLM's own prefix cache -- never more than the whole blocks of the shared tokens that the
+    simulator credits, and nothing for stages that continue no conversation.  (How long a
+    context survives differs: vLLM evicts block by block in its whole pool, the simulator
+    whole contexts within the KV budget; so only the bounds and the hits are compared.)"""
+    from topas.api import sample_tasks
+    from topas.engine.bounds import context_credit
+    from topas.engine.cost import get_profile
+    from topas.engine.simulator import Simulator
+    from topas.integrations.vllm.backends import InProcessBackend
+    from topas.integrations.vllm.driver import DriveConfig, drive, scale_tasks
+    from topas.policies import make_policy
+
+    eng, sched = engine
+    sched.topas_policy = make_policy("fcfs")
+    wl, tasks = sample_tasks("groupchat", 8, None, seed=1)
+    scaled, agents = scale_tasks(tasks, wl.agents, DriveConfig(token_scale=0.1, time_scale=0.02))
+    task = max(scaled, key=lambda t: sum(s.shared_tokens for s in t.stages))
+    task = replace(task, task_id=0, arrival_s=0.0)
+    prof = get_profile("cpu/tiny-llama")
+    by = {s.name: s for s in task.stages}
+
+    def full(s) -> int:  # the engines' whole-block credit of the shared tokens
+        src = by[s.shares_with].calls[-1]
+        computed = src.prompt_tokens + src.output_tokens - 1
+        return context_credit(min(computed, s.shared_tokens), s.calls[0].prompt_tokens, 128)
+
+    assert prof.block_size == 128
+    shared = [s for s in task.stages if s.shares_with and full(s) > 0]
+    assert len(shared) >= 5
+
+    class _Backend(InProcessBackend):
+        def __init__(self, eng):
+            self.engine = eng
+            self._seen_first = set()
+            self.on_step = None
+
+    res = drive([task], agents, _Backend(eng), policy="fcfs", run_id="conversation")
+    out = Simulator([task], agents, prof, make_policy("fcfs"), seed=0).run()
+    on_vllm = {r.stage: r.cached_tokens for r in res.requests}
+    in_sim = {r.stage: r.cached_tokens for r in out.requests}
+    for s in task.stages:
+        if s.shares_with:
+            assert 0 <= on_vllm[s.name] <= full(s) and in_sim[s.name] in (0, full(s)), s.name
+        else:
+            assert on_vllm[s.name] == 0 and in_sim[s.name] == 0, s.name
+    assert sum(on_vllm[s.name] > 0 for s in shared) >= len(shared) // 2
+    assert sum(in_sim[s.name] > 0 for s in shared) >= 1

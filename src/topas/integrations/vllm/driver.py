@@ -225,7 +225,8 @@ def drive(
             fin = wall - t0
             ft = first.pop(key, wall) - t0
             pre = agents[s.agent].prefix_tokens
-            ctx_hits += max(0, min(cached, c.prompt_tokens + pre) - pre)
+            hit = max(0, min(cached, c.prompt_tokens + pre) - pre)
+            ctx_hits += hit
             records.append(
                 RequestRecord(
                     rid,
@@ -241,6 +242,8 @@ def drive(
                     fin,
                     0,
                     pre > 0 and cached >= pre,
+                    hit,
+                    c.prompt_tokens - hit,
                 )
             )
             if p.k + 1 < len(s.calls):
