@@ -21,6 +21,7 @@ from topas.api import sample_tasks
 from topas.engine.cost import get_profile
 from topas.engine.simulator import Simulator
 from topas.policies import make_policy
+from topas.policies.params import key_value_pairs
 from topas.workloads import list_workloads
 
 
@@ -80,12 +81,10 @@ def main() -> None:
     args = ap.parse_args()
     if args.repeat < 1:
         ap.error(f"--repeat {args.repeat}: must be at least 1")
-    params: dict[str, object] = {}
-    for kv in args.param:
-        if "=" not in kv:
-            ap.error(f"--param {kv!r}: expected KEY=VALUE")
-        k, v = kv.split("=", 1)
-        params[k] = v
+    try:
+        params: dict[str, object] = dict(key_value_pairs(args.param, "--param"))
+    except ValueError as e:
+        ap.error(str(e))
     names = [n for n in args.policy.split(",") if n]
     for n in names:
         try:

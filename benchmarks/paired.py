@@ -22,6 +22,7 @@ from pathlib import Path
 
 from topas.metrics.paired import paired_rows, verdict
 from topas.policies import check_params
+from topas.policies.params import key_value_pairs
 from topas.reproduce import (
     BASELINES,
     OTHER_TASKS_FULL,
@@ -71,12 +72,10 @@ def main(argv: list[str]) -> int:
         ap.error(f"--seeds {a.seeds!r}: expected a list such as 1,2 or a range such as 3-12")
     if len(set(seeds)) < 2:
         ap.error(f"--seeds {a.seeds!r}: a paired interval needs at least 2 distinct seeds")
-    given: dict[str, object] = {}
-    for kv in a.param:
-        if "=" not in kv:
-            ap.error(f"--param {kv!r}: expected KEY=VALUE")
-        k, v = kv.split("=", 1)
-        given[k] = v
+    try:
+        given: dict[str, object] = dict(key_value_pairs(a.param, "--param"))
+    except ValueError as e:
+        ap.error(str(e))
     try:
         # the target's declared parameters convert the strings, as `topas run --param` does
         # (so a choice value such as group_agents=none stays the string it names)
