@@ -5,7 +5,8 @@ block sizes, preemption semantics, with or without a host tier), with the contex
 off: the KV budget is never exceeded and every used token is accounted for at every
 decision; every request completes exactly once and every task completes; for every call the
 prompt tokens it prefilled plus those it found cached equal its prompt, and the cached ones
-are whole computed blocks of its stage's previous call; every JCT is at least its lower
+are whole computed blocks of its stage's previous call (or of the conversation stage it
+continues), at most all of them (a cached context may have given up its tail); every JCT is at least its lower
 bound; no stage starts before its predecessors finish and no call before its tool returns;
 the same seed gives identical results.
 
@@ -165,22 +166,17 @@ def check_result(res, tasks, block: int, cluster: bool = False) -> None:
                         full = context_credit(
                             min(computed, s.shared_tokens), r.prompt_tokens, block
                         )
-                    if cluster:
-                        assert 0 <= r.cached_tokens <= full, (r, full)
-                    else:
-                        assert r.cached_tokens in (0, full), (r, full)
+                    assert 0 <= r.cached_tokens <= full, (r, full)
                 else:
                     # ready when its tool returns, never before
                     tool_back = prev.finished_s + s.calls[j - 1].tool_delay_s
                     assert r.ready_s >= tool_back, r
-                    # only whole blocks of what the previous call computed, or nothing
+                    # only whole blocks of what the previous call computed (a leading part, or none,
+                    # when the cached context had to give up room)
                     full = context_credit(
                         prev.prompt_tokens + prev.output_tokens - 1, r.prompt_tokens, block
                     )
-                    if cluster:
-                        assert 0 <= r.cached_tokens <= full, (r, full)
-                    else:
-                        assert r.cached_tokens in (0, full), (r, full)
+                    assert 0 <= r.cached_tokens <= full, (r, full)
                 assert r.cached_tokens % block == 0, r
                 prev = r
 

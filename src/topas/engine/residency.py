@@ -137,10 +137,23 @@ class Residency(SimCore):
         self._trim_ctx_cache()
 
     def _trim_ctx_cache(self) -> None:
-        """Evict cached contexts, least recently finished first, until they fit the free KV."""
+        """Evict cached contexts until they fit the free KV: least recently finished first,
+        each from its tail in whole blocks, so a context that gave up only some room keeps
+        its leading blocks (vLLM frees a request's blocks in reverse order, so its tail is
+        evicted first; SGLang evicts radix-tree leaves, the unshared tails)."""
         free = self.config.kv_budget_tokens - self.used_kv
-        while self.ctx_cache and self.ctx_cache_tokens > free:
-            _, (_, tokens, _) = self.ctx_cache.popitem(last=False)
+        block = max(1, self.config.block_size)
+        cache = self.ctx_cache
+        while cache and self.ctx_cache_tokens > free:
+            key = next(iter(cache))
+            agent, tokens, computed = cache[key]
+            cut = -(-(self.ctx_cache_tokens - free) // block) * block
+            if cut < tokens:
+                keep = tokens - cut  # whole blocks: tokens is a block multiple
+                cache[key] = (agent, keep, min(computed, keep))
+                self.ctx_cache_tokens -= cut
+                return
+            del cache[key]
             self.ctx_cache_tokens -= tokens
 
     def _uncache_agent(self, agent: str) -> None:
