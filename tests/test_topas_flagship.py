@@ -164,6 +164,52 @@ def test_backfill_admits_past_the_blocked_request_only_what_does_not_delay_it():
     assert decide(hol_state()).admit == ()
 
 
+def held_shadow_state():
+    """hol_state's blocked 6k request and young 1k one, with two running requests: a ReAct
+    stage's second call (3.2k of KV, finishing first; its context will be held) and a
+    single-call stage (2k); 4,790 tokens free."""
+    old = make_task(1, {"a": ("A", (), S.READY)}, arrival_s=0.0)
+    young = make_task(2, {"a": ("A", (), S.READY)}, arrival_s=5.0)
+    r_old = make_request(1, old, "a", 6000, 2000, ready_s=0.0)
+    r_young = make_request(2, young, "a", 1000, 2000, ready_s=5.0)
+    t_react = make_task(3, {"a": ("A", (), S.READY)}, arrival_s=-10.0)
+    r_react = make_request(3, t_react, "a", 3000, 2000, running=True, generated=200)
+    r_react.round_index = 1
+    t_one = make_task(4, {"a": ("A", (), S.READY)}, arrival_s=-9.0)
+    r_one = make_request(4, t_one, "a", 2000, 2000, running=True, generated=10)
+    return make_snapshot(
+        time_s=10.0,
+        budget=2000 + 3200 + 2010 + 4790,
+        prefixes=[make_prefix("A", 2000, True, users=2)],
+        running=[r_react, r_one],
+        waiting=[r_old, r_young],
+        tasks=[old, young, t_react, t_one],
+    )
+
+
+def test_held_shadow_counts_a_held_context_as_not_freed():
+    # counting the ReAct call's 3.2k as freed when it finishes, the blocked request fits
+    # then with room to spare beside it, where the young request fits: it is backfilled
+    assert decide(held_shadow_state(), off="held_shadow").admit == (2,)
+    # its context stays held (only its output headroom comes back): the blocked request fits
+    # only once the single-call request finishes too, with too little room beside it
+    assert decide(held_shadow_state()).admit == ()
+    # a first call of a stage kind never seen making several calls counts as freed
+    snap = held_shadow_state()
+    snap.running[0].round_index = 0
+    assert decide(snap).admit == (2,)
+    # with only the ReAct call running nothing would ever free enough by that count: every
+    # call's KV counts, and the young request is backfilled beside the blocked one as before
+    alone = dataclasses.replace(
+        held_shadow_state(),
+        running=held_shadow_state().running[:1],
+        config=dataclasses.replace(held_shadow_state().config, kv_budget_tokens=5200 + 4800),
+        used_kv_tokens=5200,
+    )
+    assert decide(alone).admit == decide(alone, off="held_shadow").admit == (2,)
+    assert decide(alone, off="backfill").admit == ()
+
+
 def size_state():
     """The older task 1 has three chained stages left, the younger task 2 one stage; the free
     KV fits one request."""

@@ -215,6 +215,8 @@ class Context(GreedyPack):
                 order_a = sorted(groups, key=lambda a: -value(a))
                 groups = {a: groups[a] for a in order_a}
             cands = [c for g in groups.values() for c in g]
+        #: (agent, stage kind) -> whether its recent stages made several calls (held_shadow)
+        self._multi_round: dict[tuple[str, str], bool] = {}
         if pol.hol_block:
             cands = self.head_of_line(cands, out_mean if pol.backfill else None)
         self.cands = cands
@@ -299,13 +301,20 @@ class Context(GreedyPack):
         step, lefts = running_left_s(snap, out_mean)
         # a finished request gives back its KV and the output headroom kept for it (free
         # excludes both)
-        fin = sorted(zip(lefts, (r.kv_tokens + self.reserve(r) for r in snap.running)))
         shadow, avail = None, free
-        for t, tok in fin:
-            avail += tok
-            if avail >= head_need:
-                shadow = t
-                break
+        if self.pol.held_shadow:
+            # what a finishing call really returns: a call of a multi-round stage keeps its
+            # context (held) and gives back only its output headroom
+            shadow, avail = shadow_time(
+                lefts, [self.freed_at_finish(r) for r in snap.running], free, head_need
+            )
+        if shadow is None:
+            # by that count nothing running frees enough (or it is not used): every running
+            # call's KV counts, so work beside a head that waits for holds or prefixes is
+            # bounded by the memory it would leave, not stopped
+            shadow, avail = shadow_time(
+                lefts, [r.kv_tokens + self.reserve(r) for r in snap.running], free, head_need
+            )
         if shadow is None:
             return []  # nothing running frees enough: the head waits for holds or prefixes
         extra = avail - head_need
@@ -335,6 +344,22 @@ class Context(GreedyPack):
             batch += 1
             out.append(c)
         return out
+
+    def freed_at_finish(self, r: RequestState) -> int:
+        """KV tokens the running request ``r`` returns when it finishes (``held_shadow``): its
+        output headroom, plus its own KV unless its stage makes more calls -- it is not its
+        first, or its (agent, stage kind) has had multi-round stages in the last 20 records
+        -- since that context is then held for the next call."""
+        back = self.reserve(r)
+        t = self.snap.tasks.get(r.task_id)
+        if r.round_index > 0:
+            return back
+        kind = t.stages[r.stage].kind if t is not None else ""
+        multi = self._multi_round.get((r.agent, kind))
+        if multi is None:
+            recs = self.snap.history.get((r.agent, kind), ())
+            multi = self._multi_round[(r.agent, kind)] = any(x.rounds > 1 for x in recs[-20:])
+        return back if multi else back + r.kv_tokens
 
     def joint_share(self, e: TaskMC, n_ready: int) -> float:
         """``(L_i(none started) - L_i(all ready started)) / n``: a task's gain from starting all
@@ -367,3 +392,18 @@ class Context(GreedyPack):
         l_h = e.expected_lp(now, waiting_h, self.defer_s)
         l_hr = e.expected_lp(now, [v for v in waiting_h if v != k], self.defer_s)
         return max(0.0, l_h - l_hr), l_hr
+
+
+def shadow_time(
+    lefts: list[float], freed: list[int], free: int, need: int
+) -> tuple[float | None, int]:
+    """EASY backfilling's shadow time: running requests finish in order of expected remaining
+    service ``lefts`` (s), each returning ``freed`` tokens to the ``free`` ones; the first
+    time at which ``need`` tokens are free, and the tokens free then (None and ``free`` if
+    that never happens)."""
+    avail = free
+    for t, tok in sorted(zip(lefts, freed)):
+        avail += tok
+        if avail >= need:
+            return t, avail
+    return None, free

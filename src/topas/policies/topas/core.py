@@ -44,6 +44,7 @@ class TopasCore:
     age_form: str
     hol_block: bool
     backfill: bool
+    held_shadow: bool
     group_agents: str
     rank_key: str
     size_weight: float

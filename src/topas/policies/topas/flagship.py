@@ -308,6 +308,10 @@ DEPARTURES: dict[str, tuple[dict[str, object], dict[str, object]]] = {
     # expected to finish before the blocked request could fit, or fits beside it then (big
     # single requests no longer leave the engine idle: plan-execute-hard)
     "backfill": ({"backfill": True}, {"backfill": False}),
+    # backfilling's shadow time counts what a finishing call really returns: a call of a
+    # multi-round stage keeps its context held and gives back only its output headroom (if
+    # by that count nothing running frees enough, every call's KV counts): MetaGPT-SOP
+    "held_shadow": ({"held_shadow": True}, {"held_shadow": False}),
     # a size-aware rank used only where size estimates are trustworthy: tasks are ranked by
     # arrival + 3 * E[LP] (E[LP] on residuals correlated within a task, review H1) only while
     # the run's work is seen to be correlated within tasks (a^2 >= 0.2: hardness revealed by
@@ -351,7 +355,8 @@ def flagship_params(off: tuple[str, ...] = ()) -> dict[str, object]:
     "topas",
     "TOPAS, our flagship: the paper's Score and prefix-set search plus context "
     "holds before admission, no preemption, uncapped admissions, rank task priority, "
-    "prefix-group packing by gain per KV token, head-of-line blocking with backfilling, "
+    "prefix-group packing by gain per KV token, head-of-line blocking with backfilling "
+    "(a shadow time that counts held contexts), "
     "a size-aware rank gated on trustworthy size estimates",
     source="TOPAS (arXiv 2608.25523) + our departures (docs/topas.md)",
     # the flagship's defaults are the departures; ``off`` reverts some of them

@@ -157,6 +157,13 @@ PARAMS: tuple[Param, ...] = (
         "one when it is expected to finish before the blocked one could fit, or fits "
         "beside it then (EASY backfilling)",
     ),
+    flag(
+        "held_shadow",
+        False,
+        "with backfill: a running call of a multi-round stage returns only its output "
+        "headroom at its finish when the shadow time is computed (its context stays held); "
+        "if by that count nothing running frees enough, the full count is used",
+    ),
     choice(
         "group_agents",
         "none",

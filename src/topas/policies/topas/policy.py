@@ -81,6 +81,7 @@ class Topas(Aging, Terms):
         rank_key: str = "arrival",
         size_weight: float = 1.0,
         backfill: bool = False,
+        held_shadow: bool = False,
         tail_q: float = 0.0,
         residual: str = "independent",
         size_gate: float = 0.0,
@@ -107,6 +108,7 @@ class Topas(Aging, Terms):
         self.max_preempt = K if max_preempt is None else max_preempt
         self.hol_block = bool(hol_block)
         self.backfill = bool(backfill)
+        self.held_shadow = bool(held_shadow)
         if group_agents not in ("none", "best", "density"):
             raise ValueError(
                 f"topas: group_agents={group_agents!r} must be 'none', 'best' or 'density'"
