@@ -63,12 +63,18 @@ def test_rank_priority_weights_tasks_by_how_many_younger_tasks_wait():
     assert ctx.weights[1] - ctx.weights[3] < 1.0  # log aging: 10 s of age barely counts
 
 
-def hol_state():
-    """The oldest task's request (6k tokens) does not fit; a younger 1k one does."""
+def blocked_pair():
+    """The oldest task's 6k request and a younger task's 1k one (tasks, then requests)."""
     old = make_task(1, {"a": ("A", (), S.READY)}, arrival_s=0.0)
     young = make_task(2, {"a": ("A", (), S.READY)}, arrival_s=5.0)
     r_old = make_request(1, old, "a", 6000, 2000, ready_s=0.0)
     r_young = make_request(2, young, "a", 1000, 2000, ready_s=5.0)
+    return old, young, r_old, r_young
+
+
+def hol_state():
+    """The oldest task's request (6k tokens) does not fit; a younger 1k one does."""
+    old, young, r_old, r_young = blocked_pair()
     running = make_task(3, {"a": ("A", (), S.READY)}, arrival_s=-10.0)
     r_run = make_request(3, running, "a", 3000, 2000, running=True, generated=10)
     return make_snapshot(
@@ -168,10 +174,7 @@ def held_shadow_state():
     """hol_state's blocked 6k request and young 1k one, with two running requests: a ReAct
     stage's second call (3.2k of KV, finishing first; its context will be held) and a
     single-call stage (2k); 4,790 tokens free."""
-    old = make_task(1, {"a": ("A", (), S.READY)}, arrival_s=0.0)
-    young = make_task(2, {"a": ("A", (), S.READY)}, arrival_s=5.0)
-    r_old = make_request(1, old, "a", 6000, 2000, ready_s=0.0)
-    r_young = make_request(2, young, "a", 1000, 2000, ready_s=5.0)
+    old, young, r_old, r_young = blocked_pair()
     t_react = make_task(3, {"a": ("A", (), S.READY)}, arrival_s=-10.0)
     r_react = make_request(3, t_react, "a", 3000, 2000, running=True, generated=200)
     r_react.round_index = 1
