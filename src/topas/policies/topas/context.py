@@ -351,9 +351,9 @@ class Context(GreedyPack):
         first, or its (agent, stage kind) has had multi-round stages in the last 20 records
         -- since that context is then held for the next call."""
         back = self.reserve(r)
-        t = self.snap.tasks.get(r.task_id)
         if r.round_index > 0:
             return back
+        t = self.snap.tasks.get(r.task_id)
         kind = t.stages[r.stage].kind if t is not None else ""
         multi = self._multi_round.get((r.agent, kind))
         if multi is None:
