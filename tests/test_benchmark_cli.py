@@ -74,3 +74,40 @@ def test_bench_decisions_bad_input(capsys, monkeypatch):
             bench.main()
         assert ex.value.code == 2
         assert needle in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "probe, needle",
+    [
+        ("nope", "unknown"),
+        ("evict-penalty=x", "needs evict-penalty=W"),
+        ("step-admission=0", "must be >= 1"),
+        ("trim-oldest=3", "takes no value"),
+    ],
+)
+def test_cache_probes_bad_probe_is_a_usage_error(probe, needle, capsys):
+    probes = _load("cache_probes")
+    with pytest.raises(SystemExit) as ex:
+        probes.main(["--probe", probe, "--tasks", "2"])
+    assert ex.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert needle in err and repr(probe) in err
+    assert "seed" not in capsys.readouterr().out  # nothing ran
+
+
+def test_cache_probes_patch_one_run_only():
+    from topas.policies.topas import search
+
+    probes = _load("cache_probes")
+    score0 = search.GreedyPack._score
+    base = probes.run("groupchat", "topas", 0.0625, 12, 1, "none")
+    pen = probes.run("groupchat", "topas", 0.0625, 12, 1, "evict-penalty=1000000")
+    assert search.GreedyPack._score is score0  # the search is restored after the run
+    assert pen["evictions"] <= base["evictions"]
+    # per-step admission at the engine's 8,192-token budget changes nothing here
+    step = probes.run("groupchat", "topas", 0.0625, 12, 1, "step-admission=8192")
+    assert step["mean"] == base["mean"]
+    # every hit was offered by the cache when its request first appeared
+    assert base["hits"] <= base["offered"] * 1.05 + 1
+    trim = probes.run("groupchat", "spf", 0.0625, 12, 1, "trim-oldest")
+    assert trim["mean"] > 0
