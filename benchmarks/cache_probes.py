@@ -36,6 +36,7 @@ import sys
 import numpy as np
 
 from topas.api import sample_tasks
+from topas.engine.bounds import context_credit
 from topas.engine.cost import DEFAULT_PROFILE, get_profile
 from topas.engine.decision import Decision
 from topas.engine.simulator import Simulator
@@ -45,30 +46,21 @@ from topas.policies.topas import search
 
 
 def _trim_oldest(sim: Simulator) -> None:
+    """Reorder the cache youngest task first before the simulator's own trim, which evicts
+    from the front of the cache (in whole blocks, from each context's tail)."""
+    trim0 = sim._trim_ctx_cache
+
+    def young_first(key: tuple[int, str]) -> float:
+        ts = sim.tasks.get(key[0])
+        return -ts.arrival_s if ts is not None else -float("inf")
+
     def trim() -> None:
-        free = sim.config.kv_budget_tokens - sim.used_kv
-        if sim.ctx_cache_tokens <= free:
-            return
         cache = sim.ctx_cache
-
-        def young_first(key: tuple[int, str]) -> float:
-            ts = sim.tasks.get(key[0])
-            return -ts.arrival_s if ts is not None else -float("inf")
-
-        items = [(k, cache[k]) for k in sorted(cache, key=young_first)]
-        cache.clear()
-        cache.update(items)
-        block = max(1, sim.config.block_size)
-        while cache and sim.ctx_cache_tokens > free:
-            key = next(iter(cache))
-            agent, tokens, computed = cache[key]
-            cut = -(-(sim.ctx_cache_tokens - free) // block) * block
-            if cut < tokens:
-                cache[key] = (agent, tokens - cut, min(computed, tokens - cut))
-                sim.ctx_cache_tokens -= cut
-                return
-            del cache[key]
-            sim.ctx_cache_tokens -= tokens
+        if sim.ctx_cache_tokens > sim.config.kv_budget_tokens - sim.used_kv:
+            items = [(k, cache[k]) for k in sorted(cache, key=young_first)]
+            cache.clear()
+            cache.update(items)
+            trim0()
 
     sim._trim_ctx_cache = trim  # type: ignore[method-assign]
 
@@ -78,18 +70,22 @@ def _cached_tokens(sim: Simulator, agent: str) -> int:
 
 
 def _offered_tokens(sim: Simulator, r) -> int:
-    """Context tokens the cache holds for waiting request ``r`` now (what admitting it now
-    would be credited, before block rounding)."""
+    """Context tokens the cache holds for waiting request ``r`` now: what admitting it now
+    would be credited (:func:`~topas.engine.bounds.context_credit`), found as the simulator's
+    admission finds it -- its stage's own context, or for a stage's first call the context of
+    the conversation it continues."""
     key = (r.task_id, r.stage)
     if key in sim.ctx_cache:
         got = sim.ctx_cache[key][2]
     else:
         spec = sim._stage_spec.get(key)
-        src = (r.task_id, spec.shares_with) if spec is not None and spec.shares_with else None
-        if r.round_index != 0 or src not in sim.ctx_cache:
+        if r.round_index != 0 or spec is None or not spec.shares_with:
             return 0
-        got = min(sim.ctx_cache[src][2], spec.shared_tokens)
-    return max(0, min(got, r.prompt_tokens - 1))
+        src = sim.ctx_cache.get((r.task_id, spec.shares_with))
+        if src is None:
+            return 0
+        got = min(src[2], spec.shared_tokens)
+    return context_credit(got, r.prompt_tokens, sim.config.block_size)
 
 
 def _evict_penalty(sim: Simulator, weight: float):
