@@ -578,3 +578,68 @@ def test_context_cache_finds_a_conversation_the_same_agent_saw_in_an_earlier_sta
     for budget, hit in ((2912, 800), (2911, 784)):
         _, t16 = run([_conversation()], agents, kv_budget_tokens=budget, block_size=16)
         assert {r.stage: r.cached_tokens for r in t16.requests}["a2"] == hit, budget
+
+
+class _PriorityFCFS:
+    """FCFS that gives every admitted request its task's cache priority from ``prio``."""
+
+    name = "fcfs-cache-priority"
+
+    def __init__(self, prio: dict[int, float]) -> None:
+        self.fcfs = make_policy("fcfs", reserve_ratio=0.0)
+        self.prio = prio
+
+    def decide(self, snap):
+        d = self.fcfs.decide(snap)
+        tasks = {r.request_id: r.task_id for r in snap.waiting}
+        pr = {rid: self.prio[tasks[rid]] for rid in d.admit if self.prio.get(tasks[rid])}
+        return Decision(admit=d.admit, evict=d.evict, cache_priority=pr)
+
+
+def _two_react_tasks_and_a_flood(budget: int = 6000):
+    """Tasks 0 and 1 (agent A, prefix 1,000) each make a call, wait 5 s on a tool, call again;
+    task 1's first call decodes longer, so its context is cached after task 0's.  At t = 6 s,
+    both contexts cached (600 and 610 tokens), a flood (agent B) takes all but 650 tokens of
+    the free memory: one context stays whole, the other keeps its leading 40 or 50 tokens."""
+    t0 = Task(0, 0.0, (Stage("s", "A", (Call(500, 100, 5.0), Call(800, 50))),))
+    t1 = Task(1, 0.001, (Stage("s", "A", (Call(500, 110, 5.0), Call(800, 50))),))
+    flood = Task(2, 6.0, (Stage("f", "B", (Call(budget - 1000 - 650 - 100, 100),)),))
+    return [t0, t1, flood], [Agent("A", 1000), Agent("B", 0)]
+
+
+def _second_call_hits(policy, budget: int = 6000) -> dict[int, int]:
+    tasks, agents = _two_react_tasks_and_a_flood(budget)
+    _, res = run(tasks, agents, policy=policy, kv_budget_tokens=budget, block_size=1)
+    return {r.task_id: r.cached_tokens for r in res.requests if r.round_index == 1}
+
+
+def test_context_cache_trims_lower_cache_priorities_first():
+    """Decision.cache_priority (SGLang's priority eviction): without priorities the cache trims
+    the least recently finished context (task 0's) first; when task 0's calls carry a higher
+    priority than task 1's, task 1's context is trimmed instead and task 0's next call finds
+    all of its context.  Equal priorities are LRU again."""
+    lru = _second_call_hits(make_policy("fcfs", reserve_ratio=0.0))
+    assert lru == {0: 40, 1: 609}  # task 1's context (the most recent) kept whole
+    prio = _second_call_hits(_PriorityFCFS({0: 2.0, 1: 1.0}))
+    assert prio == {0: 599, 1: 50}  # the same 650 tokens, task 0's context kept whole
+    assert _second_call_hits(_PriorityFCFS({0: 1.0, 1: 1.0})) == lru
+    # a priority on task 0 only (task 1 has none, i.e. 0) protects task 0 as well
+    assert _second_call_hits(_PriorityFCFS({0: 0.5})) == prio
+
+
+@pytest.mark.parametrize(
+    "prio, match",
+    [({999: 1.0}, "cache priority to request 999"), (None, "is not finite")],
+)
+def test_a_bad_cache_priority_rejects_the_whole_decision(prio, match):
+    class Bad:
+        name = "bad-cache-priority"
+
+        def decide(self, snap):
+            ids = tuple(r.request_id for r in snap.waiting)
+            return Decision(admit=ids, cache_priority=prio or {ids[0]: float("nan")})
+
+    sim = Simulator([one_call_task(0, "A", 100, 10)], {"A": Agent("A", 1000)}, PROFILE, Bad())
+    with pytest.raises(DecisionError, match=match):
+        sim.run()
+    assert not sim.running and sim.used_kv == 0

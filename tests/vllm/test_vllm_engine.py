@@ -409,3 +409,49 @@ def test_speed_index_is_measured_over_predicted_on_the_engine(engine, llm):
     assert not eng.has_unfinished_requests()
     assert 0.1 < a < 20
     assert 1.2 < b / a < 3.4
+
+
+class _FCFSWithCachePriority:
+    """Admits every waiting request; calls of stage ``hi`` get cache priority 2, of ``lo`` 1."""
+
+    name = "fcfs-cache-priority"
+
+    def decide(self, snap):
+        prio = {"hi": 2.0, "lo": 1.0}
+        return Decision(
+            admit=tuple(r.request_id for r in snap.waiting),
+            cache_priority={r.request_id: prio[r.stage] for r in snap.waiting if r.stage in prio},
+        )
+
+
+@pytest.mark.parametrize("with_priority", [False, True])
+def test_cache_priority_decides_which_context_vllm_evicts(engine, with_priority):
+    """Decision.cache_priority on vLLM: two finished calls' contexts (6 blocks each; ``hi``
+    finished first, so vLLM's LRU free queue evicts it first) and then a flood that needs
+    all free blocks but 6.  With LRU (FCFS, no priorities) ``hi``'s context is gone and
+    ``lo``'s found again; with priorities the scheduler's reorder of the free queue makes the
+    flood take ``lo``'s blocks instead, and ``hi``'s next call finds them (all but the last
+    block, which vLLM always recomputes)."""
+    eng, sched = engine
+    if with_priority:
+        sched.topas_policy = _FCFSWithCachePriority()
+    ids = {s: stage_stream(7, s, 6 * BS, 4096, 3) for s in ("hi", "lo")}
+    for s in ("hi", "lo"):  # one after the other: hi's blocks are freed first
+        tag = make_tag(task=f"T-{s}-{with_priority}", stage=s, agent="X", prefix_tokens=0)
+        _submit(eng, f"{s}-{with_priority}", ids[s], out=1, tag=tag)
+        _run(eng)
+    pool = sched.kv_cache_manager.block_pool
+    # lo's context is still offered to the policy (referenced) until the flood's first step
+    # drops the offer; then every block but the null one is free: the flood leaves 6
+    flood = pool.num_gpu_blocks - 1 - 6
+    _submit(eng, f"flood-{with_priority}", stage_stream(8, "f", flood * BS - 1, 4096, 3), out=1)
+    _run(eng)
+    hit = {}
+    for s in ("lo", "hi"):  # one at a time: lo's new blocks come from the free queue's head
+        _submit(eng, f"{s}-again-{with_priority}", ids[s], out=1)
+        hit[s] = _run(eng)[f"{s}-again-{with_priority}"][1]
+    if with_priority:
+        assert hit["hi"] == 6 * BS - BS and hit["lo"] == 0  # the last block is recomputed
+        assert sched.topas_stats["cache_reorders"] > 0
+    else:
+        assert hit["hi"] == 0 and hit["lo"] == 6 * BS - BS

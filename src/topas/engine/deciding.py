@@ -121,6 +121,11 @@ class Deciding(SimCore):
             self._make_resident(a)
         for rid, c in d.credit.items():
             (self.running.get(rid) or self.waiting[rid]).req.credit_s = float(c)
+        for rid, c in d.cache_priority.items():
+            job = self.running.get(rid)
+            (job or self.waiting[rid]).req.cache_priority = float(c)
+            if job is not None:  # running: its stage's context takes the new priority
+                self._set_ctx_priority(job.req)
         for rid in d.admit:
             r = self._wreq.pop(rid)
             self._wready_sum = self._wready_sum - r.ready_s if self._wreq else 0.0

@@ -38,6 +38,11 @@ class Decision:
       ``release`` -- held contexts to free now.
     * ``credit`` -- ``{request_id: seconds}`` recorded on the request (``RequestState.credit_s``),
       for policies that keep a ledger of what they granted at admission.
+    * ``cache_priority`` -- ``{request_id: priority}`` recorded on the request
+      (``RequestState.cache_priority``, default 0): when the engine's context cache (the KV of
+      finished calls kept in free memory) must give up room, the contexts of lower-priority
+      requests go first, least recently finished first within a priority (SGLang's
+      ``--radix-eviction-policy priority``, where a cached node keeps its request's priority).
 
     Everything not mentioned stays as it is: keeping a prefix resident needs no entry.
     """
@@ -50,6 +55,7 @@ class Decision:
     hold: Mapping[tuple[int, str], float] = field(default_factory=lambda: _EMPTY)
     release: tuple[tuple[int, str], ...] = ()
     credit: Mapping[int, float] = field(default_factory=lambda: _EMPTY)
+    cache_priority: Mapping[int, float] = field(default_factory=lambda: _EMPTY)
 
     @property
     def empty(self) -> bool:
@@ -62,6 +68,7 @@ class Decision:
             or self.hold
             or self.release
             or self.credit
+            or self.cache_priority
         )
 
 

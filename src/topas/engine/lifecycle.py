@@ -36,6 +36,7 @@ class Lifecycle(SimCore):
         p.users += 1
         p.last_used_s = self.now
         key = (r.task_id, r.stage)
+        self._set_ctx_priority(r)
         h = self.held.pop(key, None)
         r.cached_tokens = 0
         base = r.prompt_tokens + r.generated_tokens
@@ -222,6 +223,8 @@ class Lifecycle(SimCore):
                     done_ctx = self.ctx_cache.pop((ts.task_id, s.shares_with), None)
                     if done_ctx is not None:
                         self.ctx_cache_tokens -= done_ctx[1]
+                if self.ctx_priority:
+                    self.ctx_priority.pop((ts.task_id, s.name), None)
             self.task_records.append(
                 TaskRecord(
                     ts.task_id,

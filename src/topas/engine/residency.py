@@ -14,6 +14,7 @@ from topas.engine.records import PrefixIn, PrefixOut
 from topas.engine.snapshot import (
     HeldContext,
     Location,
+    RequestState,
 )
 
 
@@ -139,13 +140,15 @@ class Residency(SimCore):
     def _trim_ctx_cache(self) -> None:
         """Evict cached contexts until they fit the free KV: least recently finished first,
         each from its tail in whole blocks, so a context that gave up only some room keeps
-        its leading blocks (vLLM frees a request's blocks in reverse order, so its tail is
+        its leading blocks; with cache priorities (``Decision.cache_priority``) the lowest
+        priority goes first, least recently finished first among equals (vLLM frees a request's blocks in reverse order, so its tail is
         evicted first; SGLang evicts radix-tree leaves, the unshared tails)."""
         free = self.config.kv_budget_tokens - self.used_kv
         block = max(1, self.config.block_size)
         cache = self.ctx_cache
+        prio = self.ctx_priority
         while cache and self.ctx_cache_tokens > free:
-            key = next(iter(cache))
+            key = next(iter(cache)) if not prio else self._trim_victim()
             agent, tokens, computed = cache[key]
             cut = -(-(self.ctx_cache_tokens - free) // block) * block
             if cut < tokens:
@@ -155,6 +158,27 @@ class Residency(SimCore):
                 return
             del cache[key]
             self.ctx_cache_tokens -= tokens
+
+    def _trim_victim(self) -> tuple[int, str]:
+        """The cached context to trim next: lowest priority (0 unless a decision set one),
+        then least recently finished."""
+        prio = self.ctx_priority
+        best: tuple[int, str] | None = None
+        low = float("inf")
+        for key in self.ctx_cache:  # least recently finished first: ties keep the first
+            p = prio.get(key, 0.0)
+            if p < low:
+                best, low = key, p
+        assert best is not None
+        return best
+
+    def _set_ctx_priority(self, r: RequestState) -> None:
+        """Record admitted or running request ``r``'s cache priority for its stage's context."""
+        key = (r.task_id, r.stage)
+        if r.cache_priority:
+            self.ctx_priority[key] = r.cache_priority
+        elif self.ctx_priority:
+            self.ctx_priority.pop(key, None)
 
     def _uncache_agent(self, agent: str) -> None:
         """The agent's prefix left the device: its cached contexts are unreachable."""

@@ -168,6 +168,9 @@ class Simulator(Deciding, Residency, Lifecycle, Iteration):
         self.context_cache = context_cache
         self.ctx_cache = OrderedDict()
         self.ctx_cache_tokens = 0
+        #: (task, stage) -> the non-zero cache priority of that stage's latest admitted call
+        #: (``Decision.cache_priority``); a cached context is trimmed lowest priority first
+        self.ctx_priority: dict[tuple[int, str], float] = {}
         self.history = self.state.history
         self.used_kv = 0
         self.host_used = 0

@@ -57,7 +57,9 @@ class RequestState:
     ``prefix_tokens`` and is shared).  ``kv_tokens`` is the request's own KV footprint now
     (dynamic prompt tokens allocated so far + generated tokens; with a block size, rounded up
     to whole blocks).  ``credit_s`` is the admission credit a policy recorded for it through
-    ``Decision.credit`` (TOPAS's revoke ledger); it survives preemption.
+    ``Decision.credit`` (TOPAS's revoke ledger); it survives preemption.  ``cache_priority``
+    is the retention priority a policy gave it through ``Decision.cache_priority`` (default
+    0): its context, once cached, is kept longer than lower-priority ones.
     """
 
     __slots__ = (
@@ -79,6 +81,7 @@ class RequestState:
         "finished_s",
         "preemptions",
         "credit_s",
+        "cache_priority",
         "seq",
     )
 
@@ -113,6 +116,7 @@ class RequestState:
         self.finished_s: float | None = None
         self.preemptions = 0
         self.credit_s = 0.0
+        self.cache_priority = 0.0
         #: engine arrival order of this request into the waiting queue (ties in FCFS)
         self.seq = seq
 

@@ -21,6 +21,7 @@ rules live here and both engines call them:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -89,6 +90,7 @@ class Effects:
     load: tuple[str, ...]
     credit: Mapping[int, float]
     admit: tuple[int, ...]
+    cache_priority: Mapping[int, float]
     used_after_tokens: int  #: KV tokens in use once it is applied
 
 
@@ -122,6 +124,11 @@ def check(
     for rid in d.credit:
         if rid not in running and rid not in waiting:
             raise DecisionError(f"credits request {rid}, which is not active")
+    for rid, prio in d.cache_priority.items():
+        if rid not in running and rid not in waiting:
+            raise DecisionError(f"gives a cache priority to request {rid}, which is not active")
+        if not math.isfinite(prio):
+            raise DecisionError(f"cache priority {prio!r} of request {rid} is not finite")
     batch = len(running) - len(d.preempt) + len(d.admit)
     if batch > config.max_batch_requests:
         raise DecisionError(
@@ -187,6 +194,7 @@ def check(
         tuple(d.load),
         d.credit,
         tuple(d.admit),
+        d.cache_priority,
         used,
     )
 

@@ -11,6 +11,13 @@ scheduler takes references of its own (``BlockPool.touch``) to keep blocks out o
   call again (Continuum).  Offered to the next decision; held until a time, or dropped at once
   (the blocks become ordinary LRU cache).
 
+It also keeps **cache priorities** (``Decision.cache_priority``): the cached context blocks of a
+finished call with a priority are remembered, and before each step vLLM's free queue is
+reordered so that every other free block is evicted first, then those contexts lowest
+priority first, least recently finished first among equals, each from its tail (as SGLang's
+``--radix-eviction-policy priority`` orders its radix tree).  No reference is taken: the
+blocks stay free and any request may hit or reuse them.
+
 This module is the only place that touches vLLM block reference counts.
 """
 
@@ -32,6 +39,18 @@ class Held:
         self.offered = True  #: not yet decided on by the policy
 
 
+class Ranked:
+    """A finished call's cached context blocks and the cache priority they are kept by."""
+
+    __slots__ = ("priority", "seq", "blocks", "hashes")
+
+    def __init__(self, priority: float, seq: int, blocks: list) -> None:
+        self.priority = priority
+        self.seq = seq  #: finish order (LRU among equal priorities)
+        self.blocks = blocks
+        self.hashes = [b.block_hash for b in blocks]  #: a block reused since has another
+
+
 class BlockRefs:
     """The pins and held contexts of one scheduler, on its ``kv_cache_manager``."""
 
@@ -40,6 +59,11 @@ class BlockRefs:
         self.block_size = block_size
         self.pins: dict[str, list] = {}
         self.held: dict[Key, Held] = {}
+        #: cached contexts with a cache priority, by (task, stage)
+        self.ranked: dict[Key, Ranked] = {}
+        self._rank_seq = 0
+        self._rank_dirty = False
+        self._rank_tail = None  #: the free queue's last block after the latest reorder
 
     @property
     def pool(self):
@@ -107,3 +131,50 @@ class BlockRefs:
     def drop_all(self) -> None:
         for key in list(self.held):
             self.drop(key)
+
+    # -- cache priorities ----------------------------------------------------------------
+    def rank(self, key: Key, priority: float, blocks: list) -> None:
+        """Remember ``blocks`` (a finished call's cached context) as ``key``'s, kept by
+        ``priority`` from the next :meth:`reorder` on (replacing an older context of ``key``)."""
+        if not blocks:
+            self.ranked.pop(key, None)
+            return
+        self._rank_seq += 1
+        self.ranked[key] = Ranked(priority, self._rank_seq, list(blocks))
+        self._rank_dirty = True
+
+    def reorder(self, alive) -> int:
+        """Move the ranked contexts' free blocks to the end of vLLM's free queue (evicted last),
+        lowest priority first, each context's tail block first; contexts whose task
+        ``alive(task_id)`` denies, or whose leading block was reused, are forgotten.  Skipped
+        when nothing was ranked or freed since the last reorder.  The blocks moved."""
+        if not self.ranked:
+            return 0
+        queue = self.pool.free_block_queue
+        if not self._rank_dirty and queue.fake_free_list_tail.prev_free_block is self._rank_tail:
+            return 0
+        live: list[Ranked] = []
+        for key in list(self.ranked):
+            e = self.ranked[key]
+            n = 0
+            for b, h in zip(e.blocks, e.hashes):
+                if b.block_hash is None or b.block_hash != h:
+                    break  # reused: the hash chain (what a hit needs) ends here
+                n += 1
+            if n == 0 or not alive(key[0]):
+                del self.ranked[key]
+                continue
+            if n < len(e.blocks):
+                del e.blocks[n:], e.hashes[n:]
+            live.append(e)
+        live.sort(key=lambda e: (e.priority, e.seq))
+        moved = 0
+        for e in live:
+            for b in reversed(e.blocks):
+                if b.ref_cnt == 0 and not b.is_null and b.prev_free_block is not None:
+                    queue.remove(b)
+                    queue.append(b)
+                    moved += 1
+        self._rank_dirty = False
+        self._rank_tail = queue.fake_free_list_tail.prev_free_block
+        return moved

@@ -236,6 +236,9 @@ class RequestMirror:
             rs.phase = Phase.PREFILL if computed < n_prompt else Phase.DECODE
             if rs.admitted_s is None:
                 rs.admitted_s = now
+                # right after vLLM scheduled it, its computed tokens are its prefix-cache hit;
+                # past the agent prefix they are context found in the cache
+                rs.cached_tokens = max(0, min(computed, n_prompt) - tr.prefix_full_tokens)
             if rs.first_token_s is None and rs.generated_tokens > 0:
                 rs.first_token_s = now
             own = max(0, computed - tr.prefix_full_tokens)

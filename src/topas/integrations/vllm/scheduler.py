@@ -31,6 +31,9 @@ itself does with ``--no-async-scheduling``.  Each ``schedule()``:
    * ``load`` -- on CPU there is no host tier (vLLM's offload connector does not run there), so
      making a prefix resident means recomputing it with a request: loads are counted, not done,
    * ``credit`` -- recorded on the request,
+   * ``cache_priority`` -- recorded on the request; when it finishes, its cached context
+     blocks are kept by that priority (:mod:`~topas.integrations.vllm.blocks` reorders vLLM's
+     free queue before each step: lower priorities and blocks without one are evicted first),
    * ``hold`` / ``release`` -- held contexts (below);
 
 4. runs vLLM's ``schedule()``, then pins the prefix blocks of any agent whose prefix is now
@@ -155,6 +158,7 @@ class TopasSchedulerMixin:
             "finished": 0,
             "holds": 0,
             "hold_hits": 0,
+            "cache_reorders": 0,
             "aborted": 0,
             "bad_tags": 0,
             "policy_errors": 0,
@@ -274,21 +278,35 @@ class TopasSchedulerMixin:
         """vLLM frees a request's blocks here (finish or preemption); a tagged call that
         finished normally and may have a next call first gets its context offered."""
         tr = self._tracks.get(request.request_id)
+        ranked: list = []
         if (
             tr is not None
-            and not tr.final
             and request.is_finished()
             and request.status != RequestStatus.FINISHED_ABORTED
         ):
             rs = tr.state
-            blocks = self._refs.context_blocks(request.request_id, tr.prefix_full_tokens)
-            if blocks:
-                tokens = len(blocks) * self.block_size  # every block has a hash: computed
-                ctx = EngineState.offered(
-                    rs.task_id, rs.stage, rs.agent, tokens, self._now(), tokens
-                )
-                self._refs.offer((rs.task_id, rs.stage), ctx, blocks)
+            blocks = None
+            if not tr.final:
+                blocks = self._refs.context_blocks(request.request_id, tr.prefix_full_tokens)
+                if blocks:
+                    tokens = len(blocks) * self.block_size  # every block has a hash: computed
+                    ctx = EngineState.offered(
+                        rs.task_id, rs.stage, rs.agent, tokens, self._now(), tokens
+                    )
+                    self._refs.offer((rs.task_id, rs.stage), ctx, blocks)
+            if rs.cache_priority:
+                # its cached context is kept by the priority the policy gave it
+                if blocks is None:
+                    blocks = self._refs.context_blocks(request.request_id, tr.prefix_full_tokens)
+                ranked = blocks
         super()._free_request_blocks(request)
+        if ranked:
+            self._refs.rank((tr.state.task_id, tr.state.stage), tr.state.cache_priority, ranked)
+
+    def _task_alive(self, task_id: int) -> bool:
+        """A task whose cached contexts may still be hit: known, with a stage not done."""
+        t = self._tasks.get(task_id)
+        return t is not None and t.stages_done < len(t.stages)
 
     def _expire_held(self, now: float) -> None:
         for key in [k for k, h in self._held.items() if not h.offered and h.ctx.expires_s <= now]:
@@ -380,6 +398,8 @@ class TopasSchedulerMixin:
         self._apply_holds(eff)
         for rid, c in eff.credit.items():
             by_id[rid][1].state.credit_s = float(c)
+        for rid, c in eff.cache_priority.items():
+            by_id[rid][1].state.cache_priority = float(c)
         return [by_id[r][0] for r in eff.admit]
 
     def schedule(self, *args, **kwargs):
@@ -398,6 +418,8 @@ class TopasSchedulerMixin:
             self.waiting.clear()
             for r in keep:
                 self.waiting.append(r)
+        if self._refs.ranked and self._refs.reorder(self._task_alive):
+            self.topas_stats["cache_reorders"] += 1
         try:
             out = super().schedule(*args, **kwargs)
         finally:

@@ -39,6 +39,7 @@ TOPAS's parameters pass through unchanged; ``memory_weight``, ``cold_mean_s``, `
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from topas.engine.decision import Decision
@@ -48,6 +49,20 @@ from topas.policies.base import AdmissionPlan
 from topas.policies.continuum import Continuum, reload_s
 from topas.policies.params import Param, choice, subset, with_defaults
 from topas.policies.topas.policy import Topas
+
+
+def arrival_priority(snap: Snapshot, admit: tuple[int, ...]) -> dict[int, float]:
+    """Cache priorities for the requests ``admit``: ``1 / (1 + arrival_s)`` of each one's
+    task (positive, so above any request without one, and falling with arrival, so the engine
+    trims the youngest tasks' cached contexts first and the oldest tasks, which every
+    task-ordered admission serves first, find theirs)."""
+    waiting = {r.request_id: r for r in snap.waiting}
+    tasks = snap.tasks
+    out: dict[int, float] = {}
+    for rid in admit:
+        t = tasks.get(waiting[rid].task_id)
+        out[rid] = 1.0 / (1.0 + max(0.0, t.arrival_s if t is not None else snap.time_s))
+    return out
 
 
 class TopasHold(Topas):
@@ -63,6 +78,13 @@ class TopasHold(Topas):
             ("off", "after", "first"),
             "when contexts are held: around TOPAS's admissions, before them, or never",
         ),
+        choice(
+            "cache_priority",
+            "off",
+            ("off", "arrival"),
+            "the engine's context cache keeps admitted calls' contexts in free memory by "
+            "their task's arrival, oldest longest (Decision.cache_priority), or by LRU only",
+        ),
     )
 
     def __init__(
@@ -74,12 +96,22 @@ class TopasHold(Topas):
         min_samples: int = 3,
         slack_s: float = 0.05,
         holds: str = "after",
+        cache_priority: str = "off",
         name: str = "topas-hold",
         **params: Any,
     ) -> None:
         super().__init__(seed=seed, name=name, **params)
         if holds not in ("off", "after", "first"):
             raise ValueError(f"{name}: holds={holds!r} must be 'off', 'after' or 'first'")
+        if cache_priority not in ("off", "arrival"):
+            raise ValueError(
+                f"{name}: cache_priority={cache_priority!r} must be 'off' or 'arrival'"
+            )
+        #: "arrival": every admitted call gets a cache priority that falls with its task's
+        #: arrival time, so the engine trims the youngest tasks' cached contexts first
+        self.cache_priority = cache_priority
+        self._conv_run: object = None
+        self._conv_agents: set[str] = set()
         #: "after": holds fit around TOPAS's admissions; "first": holds are decided before
         #: admission and the search packs into what they leave; "off": the paper's TOPAS
         self.holds = holds
@@ -117,7 +149,33 @@ class TopasHold(Topas):
             key=lambda kv: arrival(kv[0][0]),
         )
 
+    def conversation_agents(self, snap: Snapshot) -> set[str]:
+        """Agents seen in this run continuing a conversation: a stage's first call found
+        context tokens in the engine's cache, which only an earlier stage of the same agent
+        in the task can have left there (``RequestState.cached_tokens``)."""
+        if self._conv_run is not snap.run_key:
+            self._conv_run, self._conv_agents = snap.run_key, set()
+        seen = self._conv_agents
+        if len(seen) < len(snap.prefixes):
+            for r in snap.running:
+                if r.round_index == 0 and r.cached_tokens > 0:
+                    seen.add(r.agent)
+        return seen
+
     def decide(self, snap: Snapshot) -> Decision:
+        d = self._decide_holds(snap)
+        if self.cache_priority == "off":
+            return d
+        conv = self.conversation_agents(snap)
+        if not d.admit or not conv:
+            return d
+        waiting = {r.request_id: r for r in snap.waiting}
+        mine = tuple(rid for rid in d.admit if waiting[rid].agent in conv)
+        if not mine:
+            return d
+        return replace(d, cache_priority=arrival_priority(snap, mine))
+
+    def _decide_holds(self, snap: Snapshot) -> Decision:
         if self.holds == "off":
             return super().decide(snap)
         self.tools.observe(snap)
@@ -312,6 +370,10 @@ DEPARTURES: dict[str, tuple[dict[str, object], dict[str, object]]] = {
     # multi-round stage keeps its context held and gives back only its output headroom (if
     # by that count nothing running frees enough, every call's KV counts): MetaGPT-SOP
     "held_shadow": ({"held_shadow": True}, {"held_shadow": False}),
+    # the engine's context cache (finished calls' KV in free memory) trims the youngest tasks'
+    # contexts first instead of the least recently finished (Decision.cache_priority, SGLang's
+    # priority eviction): the oldest tasks' conversations survive until their next call
+    "cache_priority": ({"cache_priority": "arrival"}, {"cache_priority": "off"}),
     # a size-aware rank used only where size estimates are trustworthy: tasks are ranked by
     # arrival + 3 * E[LP] (E[LP] on residuals correlated within a task, review H1) only while
     # the run's work is seen to be correlated within tasks (a^2 >= 0.2: hardness revealed by
