@@ -326,6 +326,12 @@ def test_cache_priority_keeps_conversation_agents_contexts_oldest_task_longest()
     assert d.admit == (1, 2, 3)
     assert d.cache_priority == {1: 1 / 2, 2: 1 / 3, 3: 1 / 4}
     assert decide(conversation_state(cached=0)).cache_priority == {}
+    # "all" (a probe, docs/topas.md): every admitted call, conversation or not
+    assert decide(conversation_state(cached=0), cache_priority="all").cache_priority == {
+        1: 1 / 2,
+        2: 1 / 3,
+        3: 1 / 4,
+    }
     assert decide(conversation_state(cached=400), off="cache_priority").cache_priority == {}
     # the learned agents last for the run: a later snapshot of it needs no new hit
     pol = make_policy("topas", seed=0)

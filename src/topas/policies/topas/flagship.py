@@ -81,9 +81,10 @@ class TopasHold(Topas):
         choice(
             "cache_priority",
             "off",
-            ("off", "arrival"),
+            ("off", "conversations", "all"),
             "the engine's context cache keeps admitted calls' contexts in free memory by "
-            "their task's arrival, oldest longest (Decision.cache_priority), or by LRU only",
+            "their task's arrival, oldest longest (Decision.cache_priority): for agents seen "
+            "continuing a conversation, for every call, or never (LRU only)",
         ),
     )
 
@@ -103,12 +104,13 @@ class TopasHold(Topas):
         super().__init__(seed=seed, name=name, **params)
         if holds not in ("off", "after", "first"):
             raise ValueError(f"{name}: holds={holds!r} must be 'off', 'after' or 'first'")
-        if cache_priority not in ("off", "arrival"):
+        if cache_priority not in ("off", "conversations", "all"):
             raise ValueError(
-                f"{name}: cache_priority={cache_priority!r} must be 'off' or 'arrival'"
+                f"{name}: cache_priority={cache_priority!r} must be 'off', 'conversations' or 'all'"
             )
-        #: "arrival": every admitted call gets a cache priority that falls with its task's
-        #: arrival time, so the engine trims the youngest tasks' cached contexts first
+        #: "conversations": admitted calls of agents seen continuing a conversation get a
+        #: cache priority that falls with their task's arrival, so the engine trims the
+        #: youngest tasks' cached contexts first; "all": every admitted call does
         self.cache_priority = cache_priority
         self._conv_run: object = None
         self._conv_agents: set[str] = set()
@@ -166,11 +168,14 @@ class TopasHold(Topas):
         d = self._decide_holds(snap)
         if self.cache_priority == "off":
             return d
-        conv = self.conversation_agents(snap)
-        if not d.admit or not conv:
-            return d
-        waiting = {r.request_id: r for r in snap.waiting}
-        mine = tuple(rid for rid in d.admit if waiting[rid].agent in conv)
+        if self.cache_priority == "all":
+            mine = d.admit
+        else:
+            conv = self.conversation_agents(snap)
+            if not d.admit or not conv:
+                return d
+            waiting = {r.request_id: r for r in snap.waiting}
+            mine = tuple(rid for rid in d.admit if waiting[rid].agent in conv)
         if not mine:
             return d
         return replace(d, cache_priority=arrival_priority(snap, mine))
@@ -373,7 +378,7 @@ DEPARTURES: dict[str, tuple[dict[str, object], dict[str, object]]] = {
     # the engine's context cache (finished calls' KV in free memory) trims the youngest tasks'
     # contexts first instead of the least recently finished (Decision.cache_priority, SGLang's
     # priority eviction): the oldest tasks' conversations survive until their next call
-    "cache_priority": ({"cache_priority": "arrival"}, {"cache_priority": "off"}),
+    "cache_priority": ({"cache_priority": "conversations"}, {"cache_priority": "off"}),
     # a size-aware rank used only where size estimates are trustworthy: tasks are ranked by
     # arrival + 3 * E[LP] (E[LP] on residuals correlated within a task, review H1) only while
     # the run's work is seen to be correlated within tasks (a^2 >= 0.2: hardness revealed by
