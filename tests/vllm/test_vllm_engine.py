@@ -455,3 +455,51 @@ def test_cache_priority_decides_which_context_vllm_evicts(engine, with_priority)
         assert sched.topas_stats["cache_reorders"] > 0
     else:
         assert hit["hi"] == 0 and hit["lo"] == 6 * BS - BS
+
+
+def test_block_refs_reorder_vllms_free_queue_by_priority_and_forget_the_lowest_past_the_cap():
+    """BlockRefs.reorder on vLLM's own BlockPool: ranked contexts go to the end of the free
+    queue (evicted after every other free block), lowest priority first, each tail block
+    first; a context whose leading block was reused, or whose task is gone, is forgotten; past
+    ``max_ranked`` the lowest-ranked context is forgotten."""
+    from vllm.v1.core.block_pool import BlockPool
+
+    from topas.integrations.vllm.blocks import BlockRefs
+
+    class _KV:
+        block_pool = BlockPool(num_gpu_blocks=16, enable_caching=True, hash_block_size=16)
+
+    pool = _KV.block_pool
+    refs = BlockRefs(_KV(), 16)
+    blocks = pool.get_new_blocks(9)
+    for k, b in enumerate(blocks):
+        b._block_hash = f"h{k}".encode()  # cached blocks (a test stand-in for real hashes)
+    ctx = {"a": blocks[0:3], "b": blocks[3:6], "c": blocks[6:9]}
+    pool.free_blocks(reversed(blocks))  # vLLM's order: the last block is evicted first
+
+    def queue() -> list[int]:
+        out, b = [], pool.free_block_queue.fake_free_list_head.next_free_block
+        while b is not pool.free_block_queue.fake_free_list_tail:
+            out.append(b.block_id)
+            b = b.next_free_block
+        return out
+
+    others = [i for i in queue() if i not in {b.block_id for b in blocks}]
+    for name, prio, task in (("a", 3.0, 1), ("b", 1.0, 2), ("c", 2.0, 3)):
+        refs.rank((task, name), prio, ctx[name])
+    assert refs.reorder(lambda t: True) == 9
+    ids = {n: [b.block_id for b in bl] for n, bl in ctx.items()}
+    tail = [*reversed(ids["b"]), *reversed(ids["c"]), *reversed(ids["a"])]
+    assert queue() == others + tail
+    assert refs.reorder(lambda t: True) == 0  # nothing ranked or freed since: skipped
+    # c's leading block is reused (its hash changes) and b's task is gone: both forgotten
+    ctx["c"][0]._block_hash = b"other"
+    refs.rank((4, "d"), 0.5, [])  # an empty context ranks nothing (marks no change)
+    refs._rank_dirty = True
+    refs.reorder(lambda t: t != 2)
+    assert set(refs.ranked) == {(1, "a")}
+    # the cap: the lowest (priority, finish order) goes
+    refs.max_ranked = 2
+    refs.rank((5, "e"), 9.0, ctx["b"])
+    refs.rank((6, "f"), 0.1, ctx["c"][1:])
+    assert set(refs.ranked) == {(1, "a"), (5, "e")}

@@ -54,6 +54,9 @@ class Ranked:
 class BlockRefs:
     """The pins and held contexts of one scheduler, on its ``kv_cache_manager``."""
 
+    #: most contexts kept by cache priority (each :meth:`reorder` walks their blocks)
+    max_ranked = 256
+
     def __init__(self, kv_cache_manager, block_size: int) -> None:
         self.kv = kv_cache_manager
         self.block_size = block_size
@@ -135,13 +138,18 @@ class BlockRefs:
     # -- cache priorities ----------------------------------------------------------------
     def rank(self, key: Key, priority: float, blocks: list) -> None:
         """Remember ``blocks`` (a finished call's cached context) as ``key``'s, kept by
-        ``priority`` from the next :meth:`reorder` on (replacing an older context of ``key``)."""
+        ``priority`` from the next :meth:`reorder` on (replacing an older context of ``key``).
+        Past ``max_ranked`` contexts the lowest-ranked is forgotten: it would be evicted before
+        every other ranked one anyway, and as an unranked free block it still is."""
+        self.ranked.pop(key, None)
         if not blocks:
-            self.ranked.pop(key, None)
             return
         self._rank_seq += 1
         self.ranked[key] = Ranked(priority, self._rank_seq, list(blocks))
         self._rank_dirty = True
+        if len(self.ranked) > self.max_ranked:
+            low = min(self.ranked, key=lambda k: (self.ranked[k].priority, self.ranked[k].seq))
+            del self.ranked[low]
 
     def reorder(self, alive) -> int:
         """Move the ranked contexts' free blocks to the end of vLLM's free queue (evicted last),
