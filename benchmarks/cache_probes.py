@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python benchmarks/cache_probes.py [--workload groupchat] [--rate 0.0625]
         [--tasks 80] [--seeds 1,2] [--policies spf,topas] [--probe PROBE ...]
+        [--param K=V ...]
 
 Each probe changes one thing for the length of a run, by patching the simulator or the
 flagship's search from outside (``src`` is unchanged; nothing here is a shipped option):
@@ -18,6 +19,9 @@ flagship's search from outside (``src`` is unchanged; nothing here is a shipped 
   admissions are taken in order only while the running requests' unprefilled tokens are below
   ``B`` (the step's token budget; the rest stay waiting), and the engine decides again when a
   prefill completes after such a cut.
+
+``--param`` sets parameters of the flagship ``topas`` (e.g. ``off=cache_priority``, the
+flagship before it ranked its cache); other policies run with their defaults.
 
 Per run it prints mean and p99 JCT (s), context-cache hit tokens, the context tokens the cache
 held for each request when it first appeared in a snapshot (summed: what admitting every
@@ -41,7 +45,8 @@ from topas.engine.cost import DEFAULT_PROFILE, get_profile
 from topas.engine.decision import Decision
 from topas.engine.simulator import Simulator
 from topas.engine.snapshot import Phase
-from topas.policies import build_policy
+from topas.policies import build_policy, check_params
+from topas.policies.params import key_value_pairs
 from topas.policies.topas import search
 
 
@@ -145,9 +150,17 @@ def _step_admission(sim: Simulator, budget: int) -> None:
     sim._step_prefill = step_prefill  # type: ignore[method-assign]
 
 
-def run(workload: str, policy: str, rate: float, n: int, seed: int, probe: str) -> dict:
+def run(
+    workload: str,
+    policy: str,
+    rate: float,
+    n: int,
+    seed: int,
+    probe: str,
+    params: dict[str, object] | None = None,
+) -> dict:
     wl, tasks = sample_tasks(workload, n, rate, seed)
-    pol = build_policy(policy, seed, None)
+    pol = build_policy(policy, seed, params if policy == "topas" else None)
     stats = {"evictions": 0, "lost_tokens": 0}
     first_seen: dict[int, int] = {}
     sim: Simulator | None = None
@@ -219,7 +232,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="1,2")
     ap.add_argument("--policies", default="spf,topas")
     ap.add_argument("--probe", action="append", default=None)
+    ap.add_argument("--param", action="append", default=[], help="K=V for the flagship topas")
     a = ap.parse_args(argv)
+    try:
+        params = check_params("topas", dict(key_value_pairs(a.param, "--param")))
+    except ValueError as e:
+        ap.error(f"--param: {e}")
     probes = ["none"] + [p for p in (a.probe or ["trim-oldest"]) if p != "none"]
     for p in probes:
         if (msg := _check_probe(p)) is not None:
@@ -239,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         for pol in a.policies.split(","):
             diffs = []
             for s in seeds:
-                r = run(a.workload, pol, a.rate, a.tasks, s, probe)
+                r = run(a.workload, pol, a.rate, a.tasks, s, probe, params)
                 if probe == "none":
                     base[(pol, s)] = r["mean"]
                 else:

@@ -96,6 +96,26 @@ def test_cache_probes_bad_probe_is_a_usage_error(probe, needle, capsys):
     assert "seed" not in got.out  # nothing ran (not even the header)
 
 
+def test_cache_probes_bad_param_is_a_usage_error(capsys):
+    probes = _load("cache_probes")
+    with pytest.raises(SystemExit) as ex:
+        probes.main(["--param", "cache_priority=sometimes", "--tasks", "2"])
+    assert ex.value.code == 2
+    got = capsys.readouterr()
+    err = got.err.strip().splitlines()[-1]
+    assert "--param" in err and "cache_priority" in err
+    assert "seed" not in got.out
+
+
+def test_cache_probes_param_reaches_the_flagship_only():
+    probes = _load("cache_probes")
+    on = probes.run("groupchat", "topas", 0.0625, 12, 1, "none")
+    off = probes.run("groupchat", "topas", 0.0625, 12, 1, "none", {"off": ("cache_priority",)})
+    spf = probes.run("groupchat", "spf", 0.0625, 12, 1, "none", {"off": ("cache_priority",)})
+    assert spf == probes.run("groupchat", "spf", 0.0625, 12, 1, "none")
+    assert on != off
+
+
 def test_cache_probes_patch_one_run_only():
     from topas.policies.topas import search
 
