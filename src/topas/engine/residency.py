@@ -140,9 +140,10 @@ class Residency(SimCore):
     def _trim_ctx_cache(self) -> None:
         """Evict cached contexts until they fit the free KV: least recently finished first,
         each from its tail in whole blocks, so a context that gave up only some room keeps
-        its leading blocks; with cache priorities (``Decision.cache_priority``) the lowest
-        priority goes first, least recently finished first among equals (vLLM frees a request's blocks in reverse order, so its tail is
-        evicted first; SGLang evicts radix-tree leaves, the unshared tails)."""
+        its leading blocks (vLLM frees a request's blocks in reverse order, so its tail is
+        evicted first; SGLang evicts radix-tree leaves, the unshared tails).  With cache
+        priorities (``Decision.cache_priority``) the lowest priority goes first, least
+        recently finished first among equals (SGLang's priority eviction)."""
         free = self.config.kv_budget_tokens - self.used_kv
         block = max(1, self.config.block_size)
         cache = self.ctx_cache

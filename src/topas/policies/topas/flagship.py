@@ -32,6 +32,12 @@ on the MetaGPT workloads.  ``topas-hold`` takes TOPAS's decision unchanged and a
   engine would otherwise run nothing, contexts of any task may be released and none is newly
   held (work conservation).
 
+``cache_priority`` ranks what the engine's context cache keeps in free memory
+(``Decision.cache_priority``): ``"conversations"`` (the flagship) gives the admitted calls of
+agents seen continuing a conversation (a stage's first call found cached context) a priority
+``1 / (1 + task arrival)``, so the youngest tasks' cached conversations are trimmed first;
+``"all"`` does so for every call; ``"off"`` leaves the cache to LRU.
+
 TOPAS's parameters pass through unchanged; ``memory_weight``, ``cold_mean_s``, ``max_ttl_s``,
 ``min_samples``, ``slack_s`` are Continuum's.
 """
