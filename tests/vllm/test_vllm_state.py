@@ -199,3 +199,50 @@ def test_a_conversation_finds_its_shared_tokens_in_vllms_prefix_cache(engine):
             assert on_vllm[s.name] == 0 and in_sim[s.name] == 0, s.name
     assert sum(on_vllm[s.name] > 0 for s in shared) >= len(shared) // 2
     assert sum(in_sim[s.name] > 0 for s in shared) >= 1
+
+
+def test_the_flagship_ranks_conversations_in_vllms_cache(engine):
+    """The flagship's ``cache_priority`` on the real engine: a group-chat task's later stages
+    find their conversation in vLLM's prefix cache (the mirror records the hit past the agent
+    prefix as ``cached_tokens``), so the flagship learns its agents continue conversations and
+    gives their calls cache priorities, which the scheduler keeps by reordering vLLM's free
+    queue; with ``off=cache_priority`` it never does."""
+    from topas.api import sample_tasks
+    from topas.integrations.vllm.backends import InProcessBackend
+    from topas.integrations.vllm.driver import DriveConfig, drive, scale_tasks
+    from topas.policies import make_policy
+
+    eng, sched = engine
+    wl, tasks = sample_tasks("groupchat", 8, None, seed=1)
+    scaled, agents = scale_tasks(tasks, wl.agents, DriveConfig(token_scale=0.1, time_scale=0.02))
+    task = max(scaled, key=lambda t: sum(s.shared_tokens for s in t.stages))
+    task = replace(task, task_id=0, arrival_s=0.0)
+
+    class _Backend(InProcessBackend):
+        def __init__(self, eng):
+            self.engine = eng
+            self._seen_first = set()
+            self.on_step = None
+
+    seen = {}
+    for off in ((), ("cache_priority",)):
+        sched.topas_policy = make_policy("topas", seed=0, off=off)
+        prio = []
+        decide0 = sched.topas_policy.decide
+
+        def spy(snap, decide0=decide0, prio=prio):
+            d = decide0(snap)
+            prio.extend(d.cache_priority.values())
+            return d
+
+        sched.topas_policy.decide = spy
+        sched.topas_stats["cache_reorders"] = 0
+        drive([task], agents, _Backend(eng), policy="topas", run_id=f"conv-prio-{bool(off)}")
+        seen[off] = (prio, sched.topas_stats["cache_reorders"], len(sched._refs.ranked))
+        assert eng.has_unfinished_requests() is False
+        sched.unpin_all()
+    prio, reorders, _ = seen[()]
+    # one task: every priority is 1 / (1 + its arrival, in seconds since the scheduler began)
+    assert prio and len(set(prio)) == 1 and 0 < prio[0] <= 1
+    assert reorders > 0
+    assert seen[("cache_priority",)][:2] == ([], 0)
