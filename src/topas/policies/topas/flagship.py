@@ -44,7 +44,7 @@ TOPAS's parameters pass through unchanged; ``memory_weight``, ``cold_mean_s``, `
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -57,17 +57,16 @@ from topas.policies.params import Param, choice, subset, with_defaults
 from topas.policies.topas.policy import Topas
 
 
-def arrival_priority(snap: Snapshot, admit: tuple[int, ...]) -> dict[int, float]:
-    """Cache priorities for the requests ``admit``: ``1 / (1 + arrival_s)`` of each one's
+def arrival_priority(snap: Snapshot, reqs: Iterable[RequestState]) -> dict[int, float]:
+    """Cache priorities for the requests ``reqs``: ``1 / (1 + arrival_s)`` of each one's
     task (positive, so above any request without one, and falling with arrival, so the engine
     trims the youngest tasks' cached contexts first and the oldest tasks, which every
     task-ordered admission serves first, find theirs)."""
-    waiting = {r.request_id: r for r in snap.waiting}
     tasks = snap.tasks
     out: dict[int, float] = {}
-    for rid in admit:
-        t = tasks.get(waiting[rid].task_id)
-        out[rid] = 1.0 / (1.0 + max(0.0, t.arrival_s if t is not None else snap.time_s))
+    for r in reqs:
+        t = tasks.get(r.task_id)
+        out[r.request_id] = 1.0 / (1.0 + max(0.0, t.arrival_s if t is not None else snap.time_s))
     return out
 
 
@@ -174,14 +173,13 @@ class TopasHold(Topas):
         d = self._decide_holds(snap)
         if self.cache_priority == "off":
             return d
-        if self.cache_priority == "all":
-            mine = d.admit
-        else:
-            conv = self.conversation_agents(snap)
-            if not d.admit or not conv:
-                return d
-            waiting = {r.request_id: r for r in snap.waiting}
-            mine = tuple(rid for rid in d.admit if waiting[rid].agent in conv)
+        conv = self.conversation_agents(snap) if self.cache_priority == "conversations" else None
+        if not d.admit or conv is not None and not conv:
+            return d
+        waiting = {r.request_id: r for r in snap.waiting}
+        mine = [waiting[rid] for rid in d.admit]
+        if conv is not None:
+            mine = [r for r in mine if r.agent in conv]
         if not mine:
             return d
         return replace(d, cache_priority=arrival_priority(snap, mine))
