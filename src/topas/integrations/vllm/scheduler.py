@@ -276,29 +276,26 @@ class TopasSchedulerMixin:
     # -- held contexts --------------------------------------------------------------------------
     def _free_request_blocks(self, request) -> None:
         """vLLM frees a request's blocks here (finish or preemption); a tagged call that
-        finished normally and may have a next call first gets its context offered."""
+        finished normally first gets its context offered if it may have a next call, and
+        ranked (after vLLM frees the blocks) if the policy gave it a cache priority."""
         tr = self._tracks.get(request.request_id)
         ranked: list = []
         if (
             tr is not None
             and request.is_finished()
             and request.status != RequestStatus.FINISHED_ABORTED
+            and (not tr.final or tr.state.cache_priority)
         ):
             rs = tr.state
-            blocks = None
-            if not tr.final:
-                blocks = self._refs.context_blocks(request.request_id, tr.prefix_full_tokens)
-                if blocks:
-                    tokens = len(blocks) * self.block_size  # every block has a hash: computed
-                    ctx = EngineState.offered(
-                        rs.task_id, rs.stage, rs.agent, tokens, self._now(), tokens
-                    )
-                    self._refs.offer((rs.task_id, rs.stage), ctx, blocks)
+            blocks = self._refs.context_blocks(request.request_id, tr.prefix_full_tokens)
+            if blocks and not tr.final:
+                tokens = len(blocks) * self.block_size  # every block has a hash: computed
+                ctx = EngineState.offered(
+                    rs.task_id, rs.stage, rs.agent, tokens, self._now(), tokens
+                )
+                self._refs.offer((rs.task_id, rs.stage), ctx, blocks)
             if rs.cache_priority:
-                # its cached context is kept by the priority the policy gave it
-                if blocks is None:
-                    blocks = self._refs.context_blocks(request.request_id, tr.prefix_full_tokens)
-                ranked = blocks
+                ranked = blocks  # its cached context is kept by the priority the policy gave it
         super()._free_request_blocks(request)
         if ranked:
             self._refs.rank((tr.state.task_id, tr.state.stage), tr.state.cache_priority, ranked)
