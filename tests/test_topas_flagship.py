@@ -374,3 +374,61 @@ def test_cache_priority_gives_the_flagship_more_conversation_hits_and_only_there
     tl_on = hits("metagpt-tl", 12, 0.0075, "")
     tl_off = hits("metagpt-tl", 12, 0.0075, "cache_priority")
     assert not tl_on[1] and tl_on == tl_off
+
+
+def phase_state(n_x: int = 14, y_prefix: int = 8000):
+    """Agents X and Y resident (8k-token prefixes, nothing running); task 1 (the oldest) and
+    ``n_x - 1`` younger tasks wait on X with 1k-token prompts, task 2 on Y.  The free KV fits
+    all of X's requests, or Y's and all but one of X's."""
+    ids = [1, *range(3, n_x + 2)]
+    tasks = [make_task(i, {"s": ("X", (), S.READY)}, arrival_s=float(i)) for i in ids]
+    ty = make_task(2, {"s": ("Y", (), S.READY)}, arrival_s=2.0)
+    reqs = [make_request(t.task_id, t, "s", 1000, 8000, ready_s=t.arrival_s) for t in tasks]
+    ry = make_request(2, ty, "s", 1000, y_prefix, ready_s=2.0)
+    return make_snapshot(
+        time_s=20.0,
+        prefixes=[make_prefix("X", 8000, True), make_prefix("Y", y_prefix, True)],
+        waiting=sorted([*reqs, ry], key=lambda r: r.ready_s),
+        tasks=[*tasks, ty],
+    )
+
+
+def test_phases_admit_only_the_oldest_tasks_agent_while_its_queue_fills_memory():
+    """X's 14 requests (14k tokens, over half the 24.8k its prefix alone leaves) can fill the
+    memory and Y's resident prefix holds more than 30 % of the memory left for requests: a
+    phase on X admits only X's requests, so Y's prefix goes idle.  Without the departure Y's
+    request (task 2, the second oldest) takes memory and the last X request waits."""
+    snap = phase_state()
+    d = decide(snap)
+    assert 2 not in d.admit and len(d.admit) == 14
+    d = decide(snap, off="phases")
+    assert 2 in d.admit and len(d.admit) == 14
+    # the phase lasts while X has waiting requests, even once the oldest request is Y's
+    pol = make_policy("topas", seed=0)
+    assert pol.phase_agent(snap) == "X"
+    rest = [r for r in snap.waiting if r.request_id in (2, 15)]
+    later = dataclasses.replace(snap, waiting=rest)  # the same run (same history object)
+    assert pol.phase_agent(later) == "X"
+    assert pol.decide(later).admit == (15,)
+    # ... and ends when X's queue is empty: Y's request is then admitted
+    assert pol.decide(dataclasses.replace(snap, waiting=rest[:1])).admit == (2,)
+
+
+def test_phases_start_only_when_the_queue_is_deep_and_the_other_prefixes_are_worth_evicting():
+    pol = make_policy("topas", seed=0)
+    assert pol.phase_agent(phase_state()) == "X"
+    assert pol.phase_agent(phase_state(n_x=7)) is None  # fewer than phase_min = 8 requests
+    assert pol.phase_agent(phase_state(n_x=8)) is None  # 8k tokens: under half of 24.8k
+    assert pol.phase_agent(phase_state(y_prefix=2000)) is None  # Y's 2k: under 30 % of 22.8k
+    assert make_policy("topas", seed=0, phase_min=20).phase_agent(phase_state()) is None
+    assert make_policy("topas", seed=0, off="phases").phase_agent(phase_state()) is None
+
+
+def test_phases_never_hide_the_next_call_of_a_held_context():
+    snap = phase_state()
+    ry = next(r for r in snap.waiting if r.agent == "Y")
+    held = {(2, "s"): HeldContext(2, "s", "Y", 1000, since_s=15.0, expires_s=30.0)}
+    view = make_policy("topas", seed=0).phase_view(dataclasses.replace(snap, held=held))
+    assert ry in view.waiting and len(view.waiting) == 15
+    view = make_policy("topas", seed=0).phase_view(snap)
+    assert ry not in view.waiting and len(view.waiting) == 14

@@ -49,11 +49,11 @@ from dataclasses import replace
 from typing import Any
 
 from topas.engine.decision import Decision
-from topas.engine.snapshot import HeldContext, RequestState, Snapshot, StageStatus
+from topas.engine.snapshot import HeldContext, Location, RequestState, Snapshot, StageStatus
 from topas.policies import register
 from topas.policies.base import AdmissionPlan
 from topas.policies.continuum import Continuum, reload_s
-from topas.policies.params import Param, choice, subset, with_defaults
+from topas.policies.params import Param, choice, integer, real, subset, with_defaults
 from topas.policies.topas.policy import Topas
 
 
@@ -83,6 +83,28 @@ class TopasHold(Topas):
             ("off", "after", "first"),
             "when contexts are held: around TOPAS's admissions, before them, or never",
         ),
+        real(
+            "phase_depth",
+            0.0,
+            "prefix phases: when the oldest task's agent has waiting requests whose KV fills "
+            "at least this share of the memory its prefix alone leaves, only that agent's "
+            "requests are admitted until none of them waits (0: off)",
+            hi=100.0,
+        ),
+        integer(
+            "phase_min",
+            8,
+            "prefix phases start only on an agent with at least this many waiting requests",
+            lo=1,
+            hi=1_000_000,
+        ),
+        real(
+            "phase_gain",
+            0.3,
+            "prefix phases start only when evicting the other resident prefixes would grow "
+            "the memory left for requests by at least this share",
+            hi=100.0,
+        ),
         choice(
             "cache_priority",
             "off",
@@ -103,6 +125,9 @@ class TopasHold(Topas):
         slack_s: float = 0.05,
         holds: str = "after",
         cache_priority: str = "off",
+        phase_depth: float = 0.0,
+        phase_min: int = 8,
+        phase_gain: float = 0.3,
         name: str = "topas-hold",
         **params: Any,
     ) -> None:
@@ -113,6 +138,16 @@ class TopasHold(Topas):
             raise ValueError(
                 f"{name}: cache_priority={cache_priority!r} must be 'off', 'conversations' or 'all'"
             )
+        if not (phase_depth >= 0 and phase_gain >= 0):
+            raise ValueError(
+                f"{name}: phase_depth={phase_depth} and phase_gain={phase_gain} must be >= 0"
+            )
+        #: prefix phases (see :meth:`phase_view`): 0 turns them off
+        if phase_min < 1:
+            raise ValueError(f"{name}: phase_min={phase_min} must be >= 1")
+        self.phase_depth, self.phase_min, self.phase_gain = phase_depth, phase_min, phase_gain
+        self._phase_run: object = None
+        self._phase_agent: str | None = None
         #: "conversations": admitted calls of agents seen continuing a conversation get a
         #: cache priority that falls with their task's arrival, so the engine trims the
         #: youngest tasks' cached contexts first; "all": every admitted call does
@@ -169,8 +204,81 @@ class TopasHold(Topas):
                     seen.add(r.agent)
         return seen
 
+    def phase_agent(self, snap: Snapshot) -> str | None:
+        """The agent of the current prefix phase, or None (no phase).
+
+        A phase serves one agent's queue exhaustively: it lasts while that agent has waiting
+        requests.  A new one starts, on the agent of the oldest task's waiting request ``a``,
+        only when (1) ``a``'s waiting requests' KV (prompt and generated tokens) is at least
+        ``phase_depth`` times the memory ``a``'s prefix alone would leave (its queue can fill
+        a batch by itself) and (2) the other resident prefixes are at least ``phase_gain``
+        times the memory the resident prefixes leave now (evicting them pays: the batch can
+        grow by that share).  While a phase lasts the other agents' running requests finish
+        and are not replaced, so their prefixes go idle and are evicted for ``a``'s requests:
+        on a memory-bound engine the batch grows, where keeping every agent's prefix resident
+        and every agent running locks memory into prefixes."""
+        if self.phase_depth <= 0 or not snap.waiting:
+            return None
+        if self._phase_run is not snap.run_key:
+            self._phase_run, self._phase_agent = snap.run_key, None
+        cur = self._phase_agent
+        if cur is not None and any(r.agent == cur for r in snap.waiting):
+            return cur
+        self._phase_agent = None
+        tasks = snap.tasks
+        now = snap.time_s
+
+        def arrival(r: RequestState) -> tuple[float, int]:
+            t = tasks.get(r.task_id)
+            return (t.arrival_s if t is not None else now, r.seq)
+
+        a = min(snap.waiting, key=arrival).agent
+        prefixes = snap.prefixes
+        budget = snap.kv_budget_tokens
+        mine = [r.prompt_tokens + r.generated_tokens for r in snap.waiting if r.agent == a]
+        if len(mine) < self.phase_min:
+            return None
+        need = sum(mine)
+        if need < self.phase_depth * max(1, budget - prefixes[a].tokens):
+            return None
+        resident = [p.tokens for x, p in prefixes.items() if p.location == Location.DEVICE]
+        other = sum(
+            p.tokens for x, p in prefixes.items() if x != a and p.location == Location.DEVICE
+        )
+        if other < self.phase_gain * max(1, budget - sum(resident)):
+            return None
+        self._phase_agent = a
+        return a
+
+    def phase_view(self, snap: Snapshot) -> Snapshot:
+        """``snap`` with only the phase agent's waiting requests (itself when no phase)."""
+        a = self.phase_agent(snap)
+        if a is None:
+            return snap
+        held = snap.held
+
+        def keep(r: RequestState) -> bool:
+            # a call whose context is held continues its stage: never hidden (its KV is
+            # in memory already, and holding it through the phase would only waste it)
+            return r.agent == a or (r.task_id, r.stage) in held
+
+        wp = snap.waiting_program
+        return replace(
+            snap,
+            waiting=[r for r in snap.waiting if keep(r)],
+            waiting_program=None if wp is None else [r for r in wp if keep(r)],
+            waiting_ready_sum_s=None,
+        )
+
     def decide(self, snap: Snapshot) -> Decision:
-        d = self._decide_holds(snap)
+        view = self.phase_view(snap)
+        if view is not snap:
+            # tool delays are learned from the whole queue (the view hides other agents')
+            self.tools.observe(snap)
+            snap = view
+            d = self._decide_holds(snap, observed=True)
+        else:
+            d = self._decide_holds(snap)
         if self.cache_priority == "off":
             return d
         conv = self.conversation_agents(snap) if self.cache_priority == "conversations" else None
@@ -184,10 +292,11 @@ class TopasHold(Topas):
             return d
         return replace(d, cache_priority=arrival_priority(snap, mine))
 
-    def _decide_holds(self, snap: Snapshot) -> Decision:
+    def _decide_holds(self, snap: Snapshot, observed: bool = False) -> Decision:
         if self.holds == "off":
             return super().decide(snap)
-        self.tools.observe(snap)
+        if not observed:
+            self.tools.observe(snap)
         now = snap.time_s
         tasks = snap.tasks
 
@@ -383,6 +492,12 @@ DEPARTURES: dict[str, tuple[dict[str, object], dict[str, object]]] = {
     # contexts first instead of the least recently finished (Decision.cache_priority, SGLang's
     # priority eviction): the oldest tasks' conversations survive until their next call
     "cache_priority": ({"cache_priority": "conversations"}, {"cache_priority": "off"}),
+    # prefix phases: when the oldest task's agent has a queue that can fill memory by itself
+    # (8 requests or more, KV at least half of what its prefix alone leaves) and the other
+    # resident prefixes hold at least 30 % more memory than the requests have, only that
+    # agent's requests (and continuations of held contexts) are admitted until its queue is
+    # empty; the other agents drain, their prefixes are evicted, the batch grows (chain3)
+    "phases": ({"phase_depth": 0.5}, {"phase_depth": 0.0}),
     # a size-aware rank used only where size estimates are trustworthy: tasks are ranked by
     # arrival + 3 * E[LP] (E[LP] on residuals correlated within a task, review H1) only while
     # the run's work is seen to be correlated within tasks (a^2 >= 0.2: hardness revealed by
