@@ -432,3 +432,72 @@ def test_phases_never_hide_the_next_call_of_a_held_context():
     assert ry in view.waiting and len(view.waiting) == 15
     view = make_policy("topas", seed=0).phase_view(snap)
     assert ry not in view.waiting and len(view.waiting) == 14
+
+
+def cohort_state(budget: int, outs=(256,) * 8, finishing: bool = False):
+    """Ten waiting 1k-token calls of agent A (2k prefix, resident) whose last eight calls
+    generated ``outs`` tokens; with ``finishing``, a running call of A 6 tokens from its end.
+    The output reserve (0.6 of 256 = 153 tokens a call) lets all ten in."""
+    from test_topas_fixtures import history
+
+    tasks = [make_task(i, {"a": ("A", (), S.READY)}, arrival_s=float(i)) for i in range(1, 11)]
+    reqs = [make_request(i, t, "a", 1000, 2000, ready_s=float(i)) for i, t in enumerate(tasks, 1)]
+    hist = {("A", "a"): [r for o in outs for r in history("A", "a", [10.0], out=o)]}
+    running = []
+    if finishing:
+        t0 = make_task(0, {"a": ("A", (), S.RUNNING)}, arrival_s=0.0)
+        running = [make_request(99, t0, "a", 1000, 2000, running=True, generated=250)]
+        tasks.append(t0)
+    return make_snapshot(
+        time_s=20.0,
+        budget=budget,
+        prefixes=[make_prefix("A", 2000, True, users=len(running))],
+        running=running,
+        waiting=reqs,
+        tasks=tasks,
+        hist=hist,
+    )
+
+
+def test_peak_fit_keeps_a_fixed_length_cohort_within_memory_all_the_way():
+    """Ten calls of 1,008 KV tokens and 256 output tokens each, admitted together, grow
+    together: 10 x (1,008 + 256 + a partial block) overflows 11.7k free tokens although the
+    reserves (153 each) fit.  ``peak_fit`` admits nine; without it all ten go in and the
+    engine would have to preempt one near the end."""
+    assert len(decide(cohort_state(13_700)).admit) == 9
+    assert len(decide(cohort_state(13_700), off="peak_fit").admit) == 10
+    # a call finishing in 6 steps gives back its KV before the cohort peaks: all ten fit
+    assert len(decide(cohort_state(2000 + 1250 + 16 + 10 * 1161, finishing=True)).admit) == 10
+    # outputs of varying length are not predictable: the reserves alone decide, as before
+    varied = (150, 350) * 4
+    assert len(decide(cohort_state(13_700, outs=varied)).admit) == 10
+
+
+def test_predictable_output_and_peak_excess():
+    from topas.policies.topas.flagship import peak_excess, predictable_output
+
+    assert predictable_output(cohort_state(13_700), "A") == 256
+    assert predictable_output(cohort_state(13_700, outs=(256,) * 7), "A") is None  # < 8 seen
+    assert predictable_output(cohort_state(13_700, outs=(150, 350) * 4), "A") is None
+    # one request, 10 tokens to go, 16-token reserve, 1k KV: peak at step 9 is 9 + 16 - 16
+    assert peak_excess([(10, 1000, 16)], 16) == 9
+    # a second one finishing at step 5 gives back 500 + 16 before the first peaks
+    assert peak_excess([(10, 1000, 16), (5, 500, 16)], 16) == max(2 * 4, 9 - 516)
+    assert peak_excess([], 16) == 0
+    # the sorted sweep equals evaluating every step
+    import random
+
+    rng = random.Random(0)
+    for _ in range(200):
+        its = [
+            (rng.randint(1, 60), rng.randint(0, 900), rng.randint(16, 90))
+            for _ in range(rng.randint(0, 8))
+        ]
+        brute = max(
+            [0]
+            + [
+                sum((k + 16 - res) if rest > k else (-kv - res) for rest, kv, res in its)
+                for k in range(0, 61)
+            ]
+        )
+        assert peak_excess(its, 16) == brute

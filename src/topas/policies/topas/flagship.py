@@ -53,7 +53,7 @@ from topas.engine.snapshot import HeldContext, Location, RequestState, Snapshot,
 from topas.policies import register
 from topas.policies.base import AdmissionPlan
 from topas.policies.continuum import Continuum, reload_s
-from topas.policies.params import Param, choice, integer, real, subset, with_defaults
+from topas.policies.params import Param, choice, flag, integer, real, subset, with_defaults
 from topas.policies.topas.policy import Topas
 
 
@@ -68,6 +68,62 @@ def arrival_priority(snap: Snapshot, reqs: Iterable[RequestState]) -> dict[int, 
         t = tasks.get(r.task_id)
         out[r.request_id] = 1.0 / (1.0 + max(0.0, t.arrival_s if t is not None else snap.time_s))
     return out
+
+
+#: predictable_output's memo: agent -> (history object, record count, result)
+_PREDICTABLE: dict[str, tuple[object, int, float | None]] = {}
+
+
+def predictable_output(snap: Snapshot, agent: str) -> float | None:
+    """The output length (tokens) of ``agent``'s calls when it is predictable, else None:
+    its last 16 completed stages of every kind (8 at least) were single calls whose outputs
+    all lie within 5 % of their mean (fixed-length generations, chain3 or dag4)."""
+    n = snap.history_records
+    if n is None:
+        n = sum(map(len, snap.history.values()))
+    got = _PREDICTABLE.get(agent)
+    if got is not None and got[0] is snap.history and got[1] == n:
+        return got[2]
+    outs: list[int] = []
+    single = True
+    for (a, _kind), recs in snap.history.items():
+        if a == agent:
+            for x in recs[-16:]:
+                single = single and x.rounds == 1
+                outs.append(x.output_tokens)
+    val = None
+    if single and len(outs) >= 8:
+        m = sum(outs) / len(outs)
+        if m > 0 and max(outs) <= 1.05 * m and min(outs) >= 0.95 * m:
+            val = m
+    if len(_PREDICTABLE) > 4096:
+        _PREDICTABLE.clear()
+    _PREDICTABLE[agent] = (snap.history, n, val)
+    return val
+
+
+def peak_excess(items: Iterable[tuple[int, int, int]], step: int) -> int:
+    """Largest growth (tokens) beyond their reserves of requests ``(remaining output tokens,
+    KV tokens given back at finish, reserve tokens)`` over the decode steps to come: at step
+    ``k`` one still running has grown by ``k`` tokens and may have opened a block, one that
+    has finished has given back its KV and needs no reserve.  The peak is just before a
+    finish, so only those steps (and step 0) are evaluated."""
+    its = sorted(items)
+    alive = len(its)
+    const = sum(step - res for _, _, res in its)  # of the requests still running
+    worst = 0
+    i = 0
+    for rest, _, _ in [(1, 0, 0), *its]:
+        k = rest - 1
+        while i < len(its) and its[i][0] <= k:  # finished by step k
+            _, kv, res = its[i]
+            alive -= 1
+            const += -kv - res - (step - res)
+            i += 1
+        g = alive * k + const
+        if g > worst:
+            worst = g
+    return worst
 
 
 class TopasHold(Topas):
@@ -105,6 +161,13 @@ class TopasHold(Topas):
             "the memory left for requests by at least this share",
             hi=100.0,
         ),
+        flag(
+            "peak_fit",
+            False,
+            "admissions are dropped from the end until the batch's expected KV peak fits, "
+            "counting the exact output still to come of requests whose agent's output length "
+            "is predictable (fixed-length calls)",
+        ),
         choice(
             "cache_priority",
             "off",
@@ -128,6 +191,7 @@ class TopasHold(Topas):
         phase_depth: float = 0.0,
         phase_min: int = 8,
         phase_gain: float = 0.3,
+        peak_fit: bool = False,
         name: str = "topas-hold",
         **params: Any,
     ) -> None:
@@ -142,6 +206,8 @@ class TopasHold(Topas):
             raise ValueError(
                 f"{name}: phase_depth={phase_depth} and phase_gain={phase_gain} must be >= 0"
             )
+        #: drop admissions whose predictable outputs would overflow the KV (:meth:`peak_fit`)
+        self.peak_fit_on = bool(peak_fit)
         #: prefix phases (see :meth:`phase_view`): 0 turns them off
         if phase_min < 1:
             raise ValueError(f"{name}: phase_min={phase_min} must be >= 1")
@@ -270,7 +336,101 @@ class TopasHold(Topas):
             waiting_ready_sum_s=None,
         )
 
+    def peak_fit(self, snap: Snapshot, d: Decision) -> Decision:
+        """``d`` with admissions dropped from its end until the batch's expected KV peak fits
+        (``peak_fit``; a no-op when off).
+
+        The output reserve keeps ``reserve_ratio`` of each request's expected output, which
+        is enough when requests are at staggered points of their outputs but not when a cohort
+        admitted together grows together: with fixed output lengths (chain3, dag4) the
+        engine then runs out of KV and preempts.  For requests whose agent's output length is
+        predictable (:func:`predictable_output`) the exact future is known: each grows by one
+        token per decode step (plus a partly filled block) until it finishes and gives back
+        its KV.  The decision is kept only while, at every step ``k`` up to the last finish,
+        that growth beyond the reserves already counted fits the memory the decision leaves
+        (its reserve accounting: :class:`~topas.policies.base.AdmissionPlan`).  Requests of
+        other agents count as their reserves, as before.  An engine that would otherwise run
+        nothing keeps its first admission."""
+        if not self.peak_fit_on or not d.admit:
+            return d
+        step = snap.config.block_size
+        exact: dict[str, float | None] = {}
+        items: list[tuple[int, int, int]] = []  # (remaining output, KV freed at finish, reserve)
+        plan: AdmissionPlan | None = None
+        pre = set(d.preempt)
+        waiting = {r.request_id: r for r in snap.waiting}
+        new: list[tuple[int, int, int] | None] = []
+
+        def out(agent: str) -> float | None:
+            if agent not in exact:
+                exact[agent] = predictable_output(snap, agent)
+            return exact[agent]
+
+        for rid in d.admit:
+            r = waiting[rid]
+            m = out(r.agent)
+            if m is None:
+                new.append(None)
+                continue
+            if plan is None:
+                plan = AdmissionPlan(snap, self.reserve_ratio)
+            rest = max(1, int(m) - r.generated_tokens)
+            new.append((rest, plan.request_tokens(r), plan.reserve(r)))
+        if plan is None:
+            return d  # no admitted request has a predictable output: nothing to check
+        prefixes = snap.prefixes
+        held = snap.held
+        now = snap.time_s
+        # the memory the decision leaves under the reserve accounting
+        slack = snap.free_kv_tokens
+        for r in snap.running:
+            if r.request_id in pre:
+                slack += r.kv_tokens
+                continue
+            slack -= plan.reserve(r)
+            m = out(r.agent)
+            if m is not None:
+                items.append((max(1, int(m) - r.generated_tokens), r.kv_tokens, plan.reserve(r)))
+        for a in d.evict:
+            slack += prefixes[a].tokens
+        for k in d.hold:
+            h = held.get(k)
+            if h is not None and h.expires_s <= now:
+                slack -= h.tokens  # an offered context, newly held
+        for k in d.release:
+            slack += held[k].tokens
+        needs: list[int] = []
+        loaded: set[str] = set()
+        for rid in d.admit:
+            r = waiting[rid]
+            n = plan.request_tokens(r) + plan.reserve(r)
+            if prefixes[r.agent].location != Location.DEVICE and r.agent not in loaded:
+                loaded.add(r.agent)
+                n += prefixes[r.agent].tokens
+            needs.append(n)
+            slack -= n
+        floor = 1 if len(snap.running) == len(pre) else 0
+        keep = len(d.admit)
+        while keep > floor:
+            its = items + [x for x in new[:keep] if x is not None]
+            if peak_excess(its, step) <= slack:
+                break
+            keep -= 1
+            slack += needs[keep]
+        if keep == len(d.admit):
+            return d
+        dropped = set(d.admit[keep:])
+        return replace(
+            d,
+            admit=d.admit[:keep],
+            credit={k: v for k, v in d.credit.items() if k not in dropped},
+            cache_priority={k: v for k, v in d.cache_priority.items() if k not in dropped},
+        )
+
     def decide(self, snap: Snapshot) -> Decision:
+        return self.peak_fit(snap, self._decide_phase(snap))
+
+    def _decide_phase(self, snap: Snapshot) -> Decision:
         view = self.phase_view(snap)
         if view is not snap:
             # tool delays are learned from the whole queue (the view hides other agents')
@@ -498,6 +658,10 @@ DEPARTURES: dict[str, tuple[dict[str, object], dict[str, object]]] = {
     # agent's requests (and continuations of held contexts) are admitted until its queue is
     # empty; the other agents drain, their prefixes are evicted, the batch grows (chain3)
     "phases": ({"phase_depth": 0.5}, {"phase_depth": 0.0}),
+    # a batch of fixed-length calls admitted together grows together past the output reserve
+    # and the engine preempts: with predictable output lengths the exact future KV peak is
+    # checked, and admissions that would overflow it wait (chain3, dag4)
+    "peak_fit": ({"peak_fit": True}, {"peak_fit": False}),
     # a size-aware rank used only where size estimates are trustworthy: tasks are ranked by
     # arrival + 3 * E[LP] (E[LP] on residuals correlated within a task, review H1) only while
     # the run's work is seen to be correlated within tasks (a^2 >= 0.2: hardness revealed by
