@@ -38,6 +38,12 @@ agents seen continuing a conversation (a stage's first call found cached context
 ``1 / (1 + task arrival)``, so the youngest tasks' cached conversations are trimmed first;
 ``"all"`` does so for every call; ``"off"`` leaves the cache to LRU.
 
+``phase_depth`` > 0 turns on prefix phases (:meth:`TopasHold.phase_agent`): while one agent's
+deep queue is served alone, the other agents drain and their prefixes can be evicted, so a
+memory-bound batch grows.  ``peak_fit`` checks the exact future KV peak of requests whose
+agent's output length is predictable and drops admissions that would overflow it
+(:meth:`TopasHold.peak_fit`).
+
 TOPAS's parameters pass through unchanged; ``memory_weight``, ``cold_mean_s``, ``max_ttl_s``,
 ``min_samples``, ``slack_s`` are Continuum's.
 """
@@ -706,7 +712,8 @@ def flagship_params(off: tuple[str, ...] = ()) -> dict[str, object]:
     "TOPAS, our flagship: the paper's Score and prefix-set search plus context "
     "holds before admission, no preemption, uncapped admissions, rank task priority, "
     "prefix-group packing by gain per KV token, head-of-line blocking with backfilling "
-    "(a shadow time that counts held contexts), "
+    "(a shadow time that counts held contexts), conversations cached by task age, "
+    "prefix phases, an exact KV-peak check for fixed-length calls, "
     "a size-aware rank gated on trustworthy size estimates",
     source="TOPAS (arXiv 2608.25523) + our departures (docs/topas.md)",
     # the flagship's defaults are the departures; ``off`` reverts some of them
