@@ -60,6 +60,7 @@ from topas.policies import register
 from topas.policies.base import AdmissionPlan
 from topas.policies.continuum import Continuum, reload_s
 from topas.policies.params import Param, choice, flag, integer, real, subset, with_defaults
+from topas.policies.parrot import program_fcfs_queue
 from topas.policies.topas.policy import Topas
 
 
@@ -124,7 +125,7 @@ def peak_excess(items: Iterable[tuple[int, int, int]], step: int) -> int:
         while i < len(its) and its[i][0] <= k:  # finished by step k
             _, kv, res = its[i]
             alive -= 1
-            const += -kv - res - (step - res)
+            const -= kv + step  # its step - res leaves, its -kv - res comes in
             i += 1
         g = alive * k + const
         if g > worst:
@@ -297,14 +298,7 @@ class TopasHold(Topas):
         if cur is not None and any(r.agent == cur for r in snap.waiting):
             return cur
         self._phase_agent = None
-        tasks = snap.tasks
-        now = snap.time_s
-
-        def arrival(r: RequestState) -> tuple[float, int]:
-            t = tasks.get(r.task_id)
-            return (t.arrival_s if t is not None else now, r.seq)
-
-        a = min(snap.waiting, key=arrival).agent
+        a = program_fcfs_queue(snap)[0].agent  # the oldest task's first waiting request
         prefixes = snap.prefixes
         budget = snap.kv_budget_tokens
         mine = [r.prompt_tokens + r.generated_tokens for r in snap.waiting if r.agent == a]
@@ -313,11 +307,10 @@ class TopasHold(Topas):
         need = sum(mine)
         if need < self.phase_depth * max(1, budget - prefixes[a].tokens):
             return None
-        resident = [p.tokens for x, p in prefixes.items() if p.location == Location.DEVICE]
-        other = sum(
-            p.tokens for x, p in prefixes.items() if x != a and p.location == Location.DEVICE
-        )
-        if other < self.phase_gain * max(1, budget - sum(resident)):
+        resident = {x: p.tokens for x, p in prefixes.items() if p.location == Location.DEVICE}
+        total = sum(resident.values())
+        other = total - resident.get(a, 0)
+        if other < self.phase_gain * max(1, budget - total):
             return None
         self._phase_agent = a
         return a
@@ -359,31 +352,21 @@ class TopasHold(Topas):
         nothing keeps its first admission."""
         if not self.peak_fit_on or not d.admit:
             return d
-        step = snap.config.block_size
         exact: dict[str, float | None] = {}
-        items: list[tuple[int, int, int]] = []  # (remaining output, KV freed at finish, reserve)
-        plan: AdmissionPlan | None = None
-        pre = set(d.preempt)
-        waiting = {r.request_id: r for r in snap.waiting}
-        new: list[tuple[int, int, int] | None] = []
 
         def out(agent: str) -> float | None:
             if agent not in exact:
                 exact[agent] = predictable_output(snap, agent)
             return exact[agent]
 
-        for rid in d.admit:
-            r = waiting[rid]
-            m = out(r.agent)
-            if m is None:
-                new.append(None)
-                continue
-            if plan is None:
-                plan = AdmissionPlan(snap, self.reserve_ratio)
-            rest = max(1, int(m) - r.generated_tokens)
-            new.append((rest, plan.request_tokens(r), plan.reserve(r)))
-        if plan is None:
+        waiting = {r.request_id: r for r in snap.waiting}
+        admitted = [waiting[rid] for rid in d.admit]
+        if all(out(r.agent) is None for r in admitted):
             return d  # no admitted request has a predictable output: nothing to check
+        step = snap.config.block_size
+        plan = AdmissionPlan(snap, self.reserve_ratio)
+        pre = set(d.preempt)
+        items: list[tuple[int, int, int]] = []  # (remaining output, KV freed at finish, reserve)
         prefixes = snap.prefixes
         held = snap.held
         now = snap.time_s
@@ -393,10 +376,11 @@ class TopasHold(Topas):
             if r.request_id in pre:
                 slack += r.kv_tokens
                 continue
-            slack -= plan.reserve(r)
+            res = plan.reserve(r)
+            slack -= res
             m = out(r.agent)
             if m is not None:
-                items.append((max(1, int(m) - r.generated_tokens), r.kv_tokens, plan.reserve(r)))
+                items.append((max(1, int(m) - r.generated_tokens), r.kv_tokens, res))
         for a in d.evict:
             slack += prefixes[a].tokens
         for k in d.hold:
@@ -405,11 +389,15 @@ class TopasHold(Topas):
                 slack -= h.tokens  # an offered context, newly held
         for k in d.release:
             slack += held[k].tokens
+        # per admission: its (remaining output, KV, reserve) if predictable, and its need
+        new: list[tuple[int, int, int] | None] = []
         needs: list[int] = []
         loaded: set[str] = set()
-        for rid in d.admit:
-            r = waiting[rid]
-            n = plan.request_tokens(r) + plan.reserve(r)
+        for r in admitted:
+            kv, res = plan.request_tokens(r), plan.reserve(r)
+            m = out(r.agent)
+            new.append(None if m is None else (max(1, int(m) - r.generated_tokens), kv, res))
+            n = kv + res
             if prefixes[r.agent].location != Location.DEVICE and r.agent not in loaded:
                 loaded.add(r.agent)
                 n += prefixes[r.agent].tokens
