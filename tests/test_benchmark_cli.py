@@ -157,3 +157,72 @@ def test_cache_probes_trim_oldest_evicts_the_youngest_task_first():
     sim._trim_ctx_cache()
     assert sim.ctx_cache == {(1, "a"): ("Writer", 100, 100), (2, "b"): ("Writer", 50, 50)}
     assert sim.ctx_cache_tokens == 150
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--configs", "0"], "--configs 0"),
+        (["--seeds", "1,x"], "--seeds '1,x'"),
+        (["--workloads", "nope"], "workload 'nope'"),
+    ],
+)
+def test_random_search_bad_input_is_a_usage_error(args, needle, capsys, tmp_path):
+    rs = _load("random_search")
+    with pytest.raises(SystemExit) as ex:
+        rs.main(["--quiet", "--cache-dir", str(tmp_path), *args])
+    assert ex.value.code == 2
+    assert needle in capsys.readouterr().err.strip().splitlines()[-1]
+    assert not any(tmp_path.iterdir())  # nothing ran
+
+
+def test_random_search_samples_valid_distinct_settings():
+    import random
+
+    from topas.policies import build_policy
+
+    rs = _load("random_search")
+    cfgs = rs.sample(random.Random(3), 40)
+    assert len({tuple(sorted(c.items())) for c in cfgs}) == 40
+    for c in cfgs:
+        assert c and set(c) <= set(rs.SPACE) | {"backfill"}
+        assert all(c[k] in rs.SPACE[k] for k in c if k != "backfill")
+        if c.get("hol_block") == "false":
+            assert c["backfill"] == "false"
+        build_policy("topas", 0, c)  # every sampled setting is a valid flagship
+    assert rs.sample(random.Random(3), 40) == cfgs  # the sampler's seed fixes the settings
+
+
+def test_random_search_runs_and_writes_every_setting(capsys, tmp_path):
+    import json
+
+    from topas.api import simulate
+    from topas.metrics import summarize
+
+    rs = _load("random_search")
+    out = tmp_path / "search.json"
+    rc = rs.main(
+        [
+            "--workloads", "toy-chain", "--configs", "2", "--task-mult", "0.1", "--jobs", "1",
+            "--quiet", "--cache-dir", str(tmp_path / "c"), "--out", str(out),
+        ]
+    )  # fmt: skip
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    assert [s["default"] for s in doc["settings"]] == [True, False, False]
+    assert "toy-chain: defaults" in capsys.readouterr().out
+    # the defaults' mean is the flagship's own runs, averaged over the seeds
+    n = doc["settings"][0]["means"]["toy-chain"]
+    from topas.reproduce import OTHER_TASKS_FULL, WORKLOAD_PLANS, rate_of
+
+    tasks = {p.name: p.tasks_full for p in WORKLOAD_PLANS}.get("toy-chain", OTHER_TASKS_FULL)
+    runs = [
+        summarize(
+            simulate(
+                "toy-chain", "topas", rate=rate_of("toy-chain", 1.25),
+                n_tasks=int(round(tasks * 0.1)), seed=s,
+            )
+        )["mean_jct_s"]
+        for s in (1, 2)
+    ]  # fmt: skip
+    assert n == pytest.approx(sum(runs) / 2)
