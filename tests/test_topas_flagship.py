@@ -501,3 +501,38 @@ def test_predictable_output_and_peak_excess():
             ]
         )
         assert peak_excess(its, 16) == brute
+
+
+def room_state():
+    """Idle resident prefixes A and B (3k each) and C's (3k) with its running call; task 2's
+    call waits on D, whose 5k prefix is on the host: it fits only once both A and B go."""
+    t0 = make_task(1, {"c": ("C", (), S.RUNNING)}, arrival_s=0.0)
+    t1 = make_task(2, {"d": ("D", (), S.READY)}, arrival_s=1.0)
+    run = make_request(1, t0, "c", 500, 3000, running=True, generated=50)
+    w = make_request(2, t1, "d", 500, 5000, ready_s=1.0)
+    return make_snapshot(
+        time_s=5.0,
+        budget=10240,
+        prefixes=[
+            make_prefix("A", 3000, True),
+            make_prefix("B", 3000, True),
+            make_prefix("C", 3000, True),
+            make_prefix("D", 5000, False),
+        ],
+        running=[run],
+        waiting=[w],
+        tasks=[t0, t1],
+    )
+
+
+def test_room_moves_let_the_local_search_evict_several_idle_prefixes():
+    """With more agents than M the search is local: adding D alone does not fit, and
+    dropping A or B, or swapping one of them for D, frees too little, so without the
+    departure nothing is admitted.  A make-room move (D added, every prefix the state does
+    not use dropped) finds the exhaustive search's answer."""
+    snap = room_state()
+    exact = decide(snap, off="room_moves")  # M = 6: every prefix subset is tried
+    assert exact.admit == (2,) and set(exact.evict) == {"A", "B"}
+    assert decide(snap, off="room_moves", M=1).admit == ()
+    d = decide(snap, M=1)
+    assert d.admit == exact.admit and set(d.evict) == set(exact.evict)

@@ -49,6 +49,7 @@ class TopasCore:
     rank_key: str
     size_weight: float
     tail_q: float
+    room_moves: bool
     residual: str
     size_gate: float
     size_cv: float

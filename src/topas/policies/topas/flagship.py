@@ -656,6 +656,10 @@ DEPARTURES: dict[str, tuple[dict[str, object], dict[str, object]]] = {
     # and the engine preempts: with predictable output lengths the exact future KV peak is
     # checked, and admissions that would overflow it wait (chain3, dag4)
     "peak_fit": ({"peak_fit": True}, {"peak_fit": False}),
+    # the local search (more than M agents compete, dag10wide) also tries one agent added
+    # with every prefix the current state leaves unused dropped: loading a prefix that does
+    # not fit beside the idle ones may need several evicted, which no single swap does
+    "room_moves": ({"room_moves": True}, {"room_moves": False}),
     # a size-aware rank used only where size estimates are trustworthy: tasks are ranked by
     # arrival + 3 * E[LP] (E[LP] on residuals correlated within a task, review H1) only while
     # the run's work is seen to be correlated within tasks (a^2 >= 0.2: hardness revealed by
@@ -702,6 +706,7 @@ def flagship_params(off: tuple[str, ...] = ()) -> dict[str, object]:
     "prefix-group packing by gain per KV token, head-of-line blocking with backfilling "
     "(a shadow time that counts held contexts), conversations cached by task age, "
     "prefix phases, an exact KV-peak check for fixed-length calls, "
+    "make-room moves in the prefix-set search, "
     "a size-aware rank gated on trustworthy size estimates",
     source="TOPAS (arXiv 2608.25523) + our departures (docs/topas.md)",
     # the flagship's defaults are the departures; ``off`` reverts some of them

@@ -149,6 +149,13 @@ PARAMS: tuple[Param, ...] = (
         "(bounds overtaking by a size rank key; 0: off)",
         hi=0.999,
     ),
+    flag(
+        "room_moves",
+        False,
+        "the local search (more than M agents) also tries adding one agent while dropping "
+        "every resident prefix the current state does not use (loading a large prefix may "
+        "need several idle ones evicted)",
+    ),
     flag("hol_block", False, "admit nothing past the first candidate that cannot fit"),
     flag(
         "backfill",

@@ -83,6 +83,7 @@ class Topas(Aging, Terms):
         backfill: bool = False,
         held_shadow: bool = False,
         tail_q: float = 0.0,
+        room_moves: bool = False,
         residual: str = "independent",
         size_gate: float = 0.0,
         size_cv: float = 0.0,
@@ -125,6 +126,7 @@ class Topas(Aging, Terms):
         if not 0 <= tail_q < 1:
             raise ValueError(f"topas: tail_q={tail_q} must be in [0, 1)")
         self.tail_q = tail_q
+        self.room_moves = bool(room_moves)
         #: tail_q > 0: arrival time of every unfinished task seen, and the sorted JCTs (s) of
         #: the tasks seen to finish (a task finishes when it leaves ``snap.tasks``)
         self._live_arrivals = {}
@@ -250,7 +252,7 @@ class Topas(Aging, Terms):
 
     def hierarchical(self, ctx: Context, agents: list[str]) -> Choice | None:
         """Local search from ``R_t`` (:func:`topas.policies.topas.search.hierarchical`)."""
-        return local_search(ctx, agents)
+        return local_search(ctx, agents, self.room_moves)
 
 
 class TopasOracle(Topas):

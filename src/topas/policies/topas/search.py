@@ -291,9 +291,16 @@ def exhaustive(ctx: Context, agents: list[str], max_preempt: int) -> Choice | No
     return best
 
 
-def hierarchical(ctx: Context, agents: list[str]) -> Choice | None:
+def hierarchical(ctx: Context, agents: list[str], room_moves: bool = False) -> Choice | None:
     """Local search from ``R_t``: greedy single additions, pairs when singles stall, then
-    repair by single drops and swaps, until no move improves the Score."""
+    repair by single drops and swaps, until no move improves the Score.
+
+    ``room_moves``: when singles stall, first try adding one agent while dropping every
+    resident prefix that the current state does not use (no running request, held context
+    or admission of its agent): a single swap frees one prefix, and loading a large one may
+    take several."""
+    busy = frozenset(ctx.running_by_agent) | ctx.pinned
+    agent_of = {c.req.request_id: c.agent for c in ctx.cands} if room_moves else {}
     cur_set = frozenset(ctx.resident0)
     cur = ctx.greedypack(cur_set)
     best = cur
@@ -317,8 +324,12 @@ def hierarchical(ctx: Context, agents: list[str]) -> Choice | None:
         rounds += 1
         outside = [a for a in agents if a not in cur_set]
         inside = [a for a in agents if a in cur_set]
+        used = busy
+        if room_moves and best is not None:
+            used = cur_set & (busy | {agent_of[r] for r in best.admit})
         for moves in (
             (cur_set | {a} for a in outside),
+            (used | {a} for a in outside if room_moves),
             (cur_set | {a, b} for a, b in itertools.combinations(outside, 2)),
             (cur_set - {a} for a in inside),
             ((cur_set - {a}) | {b} for a in inside for b in outside),
