@@ -226,3 +226,24 @@ def test_random_search_runs_and_writes_every_setting(capsys, tmp_path):
         for s in (1, 2)
     ]  # fmt: skip
     assert n == pytest.approx(sum(runs) / 2)
+
+
+def test_search_quality_counts_local_searches_against_the_exhaustive_one(capsys):
+    sq = _load("search_quality")
+    for argv, needle in (
+        (["--policy", "fcfs"], "not a TOPAS policy"),
+        (["--param", "bogus=1"], "unknown parameter 'bogus'"),
+        (["--workload", "nope"], "workload 'nope'"),
+    ):
+        with pytest.raises(SystemExit) as ex:
+            sq.main(argv)
+        assert ex.value.code == 2
+        assert needle in capsys.readouterr().err
+    # dag10wide's ten agents exceed M = 6: every decision with competition searches locally
+    assert sq.main(["--tasks", "8", "--param", "room_moves=false"]) == 0
+    out = capsys.readouterr().out
+    assert "{'room_moves': False} on dag10wide" in out
+    n = int(out.split("seed 1): ")[1].split(" decisions")[0])
+    assert n > 0
+    assert sq.main(["--tasks", "8", "--param", "M=16"]) == 0  # never local
+    assert ": 0 decisions searched locally, 0 below" in capsys.readouterr().out
