@@ -2,11 +2,12 @@
 
     PYTHONPATH=src python benchmarks/random_search.py [--workloads dag4,dag10wide]
         [--configs 120] [--rng 7] [--seeds 1,2] [--cache on|off|both] [--mult 1.25]
-        [--task-mult 3] [--jobs 2] [--top 6] [--out search.json]
+        [--task-mult 3] [--jobs 2] [--top 6] [--param KEY=VALUE ...] [--out search.json]
 
 Samples ``--configs`` parameter settings of ``topas`` (each parameter of ``SPACE`` is set
 with probability 1/2, to a value drawn uniformly from its list; the rest keep the flagship's
-defaults), runs each on every workload (at ``mult`` x its default rate, the paired
+defaults; ``--param`` fixes a parameter in every setting, the defaults included, and a
+sampled value never overrides it), runs each on every workload (at ``mult`` x its default rate, the paired
 comparison's task counts x ``task-mult``), seed and cache setting, together with the
 flagship's defaults and every baseline on the same seeds (same trajectories), and prints
 per workload the defaults' and the best baseline's mean JCT and the ``--top`` settings by
@@ -31,6 +32,7 @@ from pathlib import Path
 
 from topas.metrics.summary import atomic_write_text
 from topas.policies import check_params
+from topas.policies.params import key_value_pairs
 from topas.reproduce import BASELINES, OTHER_TASKS_FULL, WORKLOAD_PLANS, Job, rate_of, run_jobs
 
 TASKS = {p.name: p.tasks_full for p in WORKLOAD_PLANS}
@@ -81,6 +83,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--top", type=int, default=6)
     ap.add_argument("--cache-dir", default=".paired-cache")
+    ap.add_argument("--param", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--out", default=None, help="write every setting's means here (JSON)")
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
@@ -96,8 +99,13 @@ def main(argv: list[str]) -> int:
             rate_of(w, a.mult)
         except ValueError as e:
             ap.error(f"--workloads: {e}")
+    try:
+        fixed = dict(key_value_pairs(a.param, "--param"))
+        check_params("topas", fixed)
+    except ValueError as e:
+        ap.error(str(e))
     cfgs = sample(random.Random(a.rng), a.configs)
-    params = [()] + [tuple(sorted(check_params("topas", c).items())) for c in cfgs]
+    params = [tuple(sorted(check_params("topas", {**c, **fixed}).items())) for c in [{}, *cfgs]]
     caches = {"on": [True], "off": [False], "both": [False, True]}[a.cache]
     jobs: list[Job] = []
     for w in wls:
@@ -124,7 +132,9 @@ def main(argv: list[str]) -> int:
     base = table[0]["means"]
     assert isinstance(base, dict)
     print(
-        f"{len(cfgs)} settings of topas (sampler seed {a.rng}); seeds {a.seeds}, cache "
+        f"{len(cfgs)} settings of topas (sampler seed {a.rng}"
+        + (f", fixed {dict(params[0])}" if fixed else "")
+        + f"); seeds {a.seeds}, cache "
         f"{a.cache}, rate {a.mult} x default, tasks x {a.task_mult}; mean JCT (s)"
     )
     best_base: dict[str, tuple[str, float]] = {}

@@ -163,6 +163,7 @@ def test_cache_probes_trim_oldest_evicts_the_youngest_task_first():
     "args, needle",
     [
         (["--configs", "0"], "--configs 0"),
+        (["--param", "bogus=1"], "unknown parameter 'bogus'"),
         (["--seeds", "1,x"], "--seeds '1,x'"),
         (["--workloads", "nope"], "workload 'nope'"),
     ],
