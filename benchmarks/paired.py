@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from topas.metrics.paired import paired_rows, verdict
@@ -41,6 +42,28 @@ def seeds_arg(text: str) -> list[int]:
         a, b = text.split("-")
         return list(range(int(a), int(b) + 1))
     return [int(s) for s in text.split(",")]
+
+
+def paired_jobs(
+    workloads: Sequence[str],
+    runs: Sequence[tuple[str, tuple[tuple[str, object], ...]]],
+    seeds: Sequence[int],
+    cache: str,
+    mult: float,
+    task_mult: float,
+) -> list[Job]:
+    """Every run of each ``(policy, params)`` in ``runs`` on every workload (at ``mult`` x
+    its default rate, its paired task count x ``task_mult``), seed and cache setting
+    (``cache``: on, off or both): the same trajectories for every policy."""
+    caches = {"on": [True], "off": [False], "both": [False, True]}[cache]
+    jobs: list[Job] = []
+    for w in workloads:
+        n = int(round(TASKS.get(w, OTHER_TASKS_FULL) * task_mult))
+        r = rate_of(w, mult)
+        for cc in caches:
+            for s in seeds:
+                jobs += [Job(w, pol, r, s, n, cc, p) for pol, p in runs]
+    return jobs
 
 
 def main(argv: list[str]) -> int:
@@ -94,15 +117,8 @@ def main(argv: list[str]) -> int:
             rate_of(w, a.mult)
         except ValueError as e:
             ap.error(f"--workloads: {e}")
-    caches = {"on": [True], "off": [False], "both": [False, True]}[a.cache]
-    jobs: list[Job] = []
-    for w in wls:
-        n = int(round(TASKS.get(w, OTHER_TASKS_FULL) * a.task_mult))
-        r = rate_of(w, a.mult)
-        for cc in caches:
-            for s in seeds:
-                jobs += [Job(w, b, r, s, n, cc) for b in (*bases, *also)]
-                jobs.append(Job(w, a.target, r, s, n, cc, params))
+    runs = [(b, ()) for b in (*bases, *also)] + [(a.target, params)]
+    jobs = paired_jobs(wls, runs, seeds, a.cache, a.mult, a.task_mult)
     from topas.reproduce import run_jobs
 
     res = run_jobs(jobs, Path(a.cache_dir), n_workers=a.jobs, progress=not a.quiet)

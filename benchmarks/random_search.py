@@ -33,9 +33,10 @@ from pathlib import Path
 from topas.metrics.summary import atomic_write_text
 from topas.policies import check_params
 from topas.policies.params import key_value_pairs
-from topas.reproduce import BASELINES, OTHER_TASKS_FULL, WORKLOAD_PLANS, Job, rate_of, run_jobs
+from topas.reproduce import BASELINES, rate_of, run_jobs
 
-TASKS = {p.name: p.tasks_full for p in WORKLOAD_PLANS}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paired import paired_jobs  # noqa: E402  (the paired comparison's runs, next to this file)
 
 #: the parameters searched and the values each may take (strings, as on the command line)
 SPACE: dict[str, tuple[str, ...]] = {
@@ -107,14 +108,8 @@ def main(argv: list[str]) -> int:
     cfgs = sample(random.Random(a.rng), a.configs)
     params = [tuple(sorted(check_params("topas", {**c, **fixed}).items())) for c in [{}, *cfgs]]
     caches = {"on": [True], "off": [False], "both": [False, True]}[a.cache]
-    jobs: list[Job] = []
-    for w in wls:
-        n = int(round(TASKS.get(w, OTHER_TASKS_FULL) * a.task_mult))
-        r = rate_of(w, a.mult)
-        for cc in caches:
-            for s in seeds:
-                jobs += [Job(w, b, r, s, n, cc) for b in BASELINES]
-                jobs += [Job(w, "topas", r, s, n, cc, p) for p in params]
+    runs = [(b, ()) for b in BASELINES] + [("topas", p) for p in params]
+    jobs = paired_jobs(wls, runs, seeds, a.cache, a.mult, a.task_mult)
     res = run_jobs(jobs, Path(a.cache_dir), n_workers=a.jobs, progress=not a.quiet, label="search")
 
     def mean_of(w: str, policy: str, p: tuple = ()) -> float | None:
