@@ -35,6 +35,8 @@ from topas.reproduce import (
 
 PAPER = tuple(p.name for p in WORKLOAD_PLANS)
 TASKS = {p.name: p.tasks_full for p in WORKLOAD_PLANS}
+#: ``--cache`` -> the engine context-cache settings run
+CACHES = {"on": [True], "off": [False], "both": [False, True]}
 
 
 def seeds_arg(text: str) -> list[int]:
@@ -55,12 +57,11 @@ def paired_jobs(
     """Every run of each ``(policy, params)`` in ``runs`` on every workload (at ``mult`` x
     its default rate, its paired task count x ``task_mult``), seed and cache setting
     (``cache``: on, off or both): the same trajectories for every policy."""
-    caches = {"on": [True], "off": [False], "both": [False, True]}[cache]
     jobs: list[Job] = []
     for w in workloads:
         n = int(round(TASKS.get(w, OTHER_TASKS_FULL) * task_mult))
         r = rate_of(w, mult)
-        for cc in caches:
+        for cc in CACHES[cache]:
             for s in seeds:
                 jobs += [Job(w, pol, r, s, n, cc, p) for pol, p in runs]
     return jobs

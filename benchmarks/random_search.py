@@ -36,7 +36,7 @@ from topas.policies.params import key_value_pairs
 from topas.reproduce import BASELINES, rate_of, run_jobs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from paired import paired_jobs  # noqa: E402  (the paired comparison's runs, next to this file)
+from paired import CACHES, paired_jobs  # noqa: E402  (the paired comparison's runs, next to this file)
 
 #: the parameters searched and the values each may take (strings, as on the command line)
 SPACE: dict[str, tuple[str, ...]] = {
@@ -107,18 +107,20 @@ def main(argv: list[str]) -> int:
         ap.error(str(e))
     cfgs = sample(random.Random(a.rng), a.configs)
     params = [tuple(sorted(check_params("topas", {**c, **fixed}).items())) for c in [{}, *cfgs]]
-    caches = {"on": [True], "off": [False], "both": [False, True]}[a.cache]
     runs = [(b, ()) for b in BASELINES] + [("topas", p) for p in params]
     jobs = paired_jobs(wls, runs, seeds, a.cache, a.mult, a.task_mult)
     res = run_jobs(jobs, Path(a.cache_dir), n_workers=a.jobs, progress=not a.quiet, label="search")
 
+    by_run: dict[tuple[str, str, tuple], list[float]] = {}
+    for j, v in res.items():
+        if "mean_jct_s" in v:
+            by_run.setdefault((j.workload, j.policy, j.params), []).append(v["mean_jct_s"])
+    n_runs = len(seeds) * len(CACHES[a.cache])
+
     def mean_of(w: str, policy: str, p: tuple = ()) -> float | None:
-        vals = [
-            v["mean_jct_s"]
-            for j, v in res.items()
-            if j.workload == w and j.policy == policy and j.params == p and "mean_jct_s" in v
-        ]
-        return statistics.fmean(vals) if len(vals) == len(seeds) * len(caches) else None
+        """The mean over every seed and cache setting; None if any of those runs failed."""
+        vals = by_run.get((w, policy, p), [])
+        return statistics.fmean(vals) if len(vals) == n_runs else None
 
     table: list[dict[str, object]] = []
     for i, p in enumerate(params):

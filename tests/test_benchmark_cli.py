@@ -214,9 +214,9 @@ def test_random_search_runs_and_writes_every_setting(capsys, tmp_path):
     assert "toy-chain: defaults" in capsys.readouterr().out
     # the defaults' mean is the flagship's own runs, averaged over the seeds
     n = doc["settings"][0]["means"]["toy-chain"]
-    from topas.reproduce import OTHER_TASKS_FULL, WORKLOAD_PLANS, rate_of
+    from topas.reproduce import OTHER_TASKS_FULL, rate_of
 
-    tasks = {p.name: p.tasks_full for p in WORKLOAD_PLANS}.get("toy-chain", OTHER_TASKS_FULL)
+    tasks = _load("paired").TASKS.get("toy-chain", OTHER_TASKS_FULL)
     runs = [
         summarize(
             simulate(

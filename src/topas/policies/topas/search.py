@@ -299,8 +299,9 @@ def hierarchical(ctx: Context, agents: list[str], room_moves: bool = False) -> C
     resident prefix that the current state does not use (no running request, held context
     or admission of its agent): a single swap frees one prefix, and loading a large one may
     take several."""
-    busy = frozenset(ctx.running_by_agent) | ctx.pinned
-    agent_of = {c.req.request_id: c.agent for c in ctx.cands} if room_moves else {}
+    if room_moves:
+        busy = frozenset(ctx.running_by_agent) | ctx.pinned
+        agent_of = {c.req.request_id: c.agent for c in ctx.cands}
     cur_set = frozenset(ctx.resident0)
     cur = ctx.greedypack(cur_set)
     best = cur
@@ -324,12 +325,13 @@ def hierarchical(ctx: Context, agents: list[str], room_moves: bool = False) -> C
         rounds += 1
         outside = [a for a in agents if a not in cur_set]
         inside = [a for a in agents if a in cur_set]
-        used = busy
-        if room_moves and best is not None:
-            used = cur_set & (busy | {agent_of[r] for r in best.admit})
+        room: Iterable[frozenset[str]] = ()
+        if room_moves:
+            used = busy if best is None else cur_set & (busy | {agent_of[r] for r in best.admit})
+            room = (used | {a} for a in outside)
         for moves in (
             (cur_set | {a} for a in outside),
-            (used | {a} for a in outside if room_moves),
+            room,
             (cur_set | {a, b} for a, b in itertools.combinations(outside, 2)),
             (cur_set - {a} for a in inside),
             ((cur_set - {a}) | {b} for a in inside for b in outside),
