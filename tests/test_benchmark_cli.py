@@ -248,3 +248,39 @@ def test_search_quality_counts_local_searches_against_the_exhaustive_one(capsys)
     assert n > 0
     assert sq.main(["--tasks", "8", "--param", "M=16"]) == 0  # never local
     assert ": 0 decisions searched locally, 0 below" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--workload", "nope"], "--workload 'nope'"),
+        (["--seeds", "1,x"], "--seeds '1,x'"),
+        (["--kv-budget", "0"], "budgets must be positive"),
+        (["--policies", "fcfs,zzz"], "policy 'zzz'"),
+        (["--param", "bogus=1"], "unknown parameter 'bogus'"),
+        (["--tasks", "0"], "--tasks 0"),
+        (["--workload", "metagpt-tl", "--kv-budget", "12000"], "more than the KV budget"),
+    ],
+)
+def test_memory_split_bad_input_is_a_usage_error(args, needle, capsys):
+    ms = _load("memory_split")
+    with pytest.raises(SystemExit) as ex:
+        ms.main(["--workload", "toy-chain", "--tasks", "4", *args])
+    assert ex.value.code == 2
+    assert needle in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_memory_split_accounts_for_every_token(cache):
+    # prefixes + running requests + live holds + free is the whole budget at every decision,
+    # so the time-weighted means add up to it too; a smaller budget leaves less free room
+    ms = _load("memory_split")
+    free = {}
+    for budget in (20000, 32768):
+        r = ms.run_one("metagpt-tl", "topas", 0.02, 6, 1, budget, cache, {})
+        parts = r["prefix"] + r["running"] + r["held"] + r["free"]
+        assert parts == pytest.approx(budget, rel=1e-9)
+        assert r["prefix"] > 0 and r["running"] > 0 and r["batch"] > 0
+        assert 0 <= r["any_waiting"] <= 1
+        free[budget] = r["free"]
+    assert free[20000] < free[32768]
