@@ -16,6 +16,7 @@ since they were built (``max(Z - dt, 0)``), which keeps them current without res
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
 from typing import cast
 
@@ -62,11 +63,13 @@ class TaskMC:
         running: tuple[int, ...],
         z: np.ndarray,
         built_s: float,
+        index: dict[str, int] | None = None,
     ) -> None:
         self.task_id = task_id
         self.version = version
         self.names = names
-        self.index = {n: k for k, n in enumerate(names)}
+        #: stage name -> its position in ``names`` (``index`` when the caller has it)
+        self.index = index if index is not None else {n: k for k, n in enumerate(names)}
         self.deps = deps
         self.ready = ready
         self.running = running
@@ -113,8 +116,16 @@ def longest_path_mean(
     n_s, n_v = z.shape
     if n_v == 0:
         return 0.0
-    if all(not d for d in deps) and not offsets:
-        return float(z.max(axis=1).mean())
+    if not offsets:
+        if all(not d for d in deps):
+            return _mean_row_max(z)
+        if not deps[0] and all(d == (v,) for v, d in enumerate(deps[1:])):
+            # a chain (each stage waits on the one before): f_v = f_{v-1} + z_v is a running
+            # sum, which np.add.accumulate adds left to right exactly as the loop below
+            # does; the loop's first column is z_0 + 0.0, hence the + 0.0 (it only turns
+            # -0.0 into 0.0, and a running sum from there never meets -0.0 again): the
+            # same bits in two numpy calls instead of one or two per stage
+            return _mean_row_max(np.add.accumulate(z + 0.0, axis=1))
     offsets = offsets or {}
     finish = np.empty_like(z)
     for v in range(n_v):
@@ -129,7 +140,14 @@ def longest_path_mean(
         if o > 0:
             s = np.maximum(s, o)
         np.add(s, z[:, v], out=finish[:, v])
-    return float(finish.max(axis=1).mean())
+    return _mean_row_max(finish)
+
+
+def _mean_row_max(f: np.ndarray) -> float:
+    """``float(f.max(axis=1).mean())`` of an ``(S, V)`` array, with the same bits
+    (``ndarray.mean`` is the same pairwise ``np.add.reduce`` divided by the count) but
+    without ``mean``'s Python-level wrapper (this runs at every task version)."""
+    return float(np.add.reduce(np.maximum.reduce(f, axis=1)) / f.shape[0])
 
 
 class MonteCarloLP:
@@ -164,10 +182,6 @@ class MonteCarloLP:
         self.seed = seed
         self._entries: dict[int, TaskMC] = {}
         self._uniforms: dict[int, np.ndarray] = {}
-        #: (task_id, stage) -> (residual array, its sample column): a stage whose residual
-        #: model returned the very same array object reuses the column (identity, and the
-        #: array is kept alive here so its identity cannot be reused)
-        self._cols: dict[tuple[int, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._run_ref: object = -1
 
     def _u(self, task: TaskState) -> np.ndarray:
@@ -185,8 +199,6 @@ class MonteCarloLP:
             self._uniforms.pop(tid, None)
             if self.copula is not None:
                 self.copula.forget(tid)
-        for key in [k for k in self._cols if k[0] not in active]:
-            del self._cols[key]
 
     def entry(
         self,
@@ -203,7 +215,6 @@ class MonteCarloLP:
         if snap.run_key is not self._run_ref:
             self._entries.clear()
             self._uniforms.clear()
-            self._cols.clear()
             if self.copula is not None:
                 self.copula.reset()
             self._run_ref = snap.run_key
@@ -221,48 +232,68 @@ class MonteCarloLP:
             # checked in __init__: a correlated estimator's residual model has pools
             u = self.copula.uniforms(snap, task, u, cast(EmpiricalResidual, self.residual).pool)
         names: list[str] = []
-        cols: list[np.ndarray] = []
+        vals_list: list[np.ndarray] = []  #: per unfinished stage, its residual values
+        u_cols: list[int] = []  #: per unfinished stage, its column of ``u``
+        sizes: list[int] = []
         ready: list[int] = []
         running: list[int] = []
-        stage_cols = {n: k for k, n in enumerate(task.order)}
-        cols_cache = self._cols
-        for name in task.order:
-            st = task.stages[name]
-            if st.status == StageStatus.DONE:
+        tid = task.task_id
+        stages = task.stages
+        stage_residuals = self.residual.stage_residuals
+        for c, name in enumerate(task.order):
+            st = stages[name]
+            status = st.status
+            if status == StageStatus.DONE:
                 continue
-            vals = self.residual.stage_residuals(
-                snap, task, st, generated.get((task.task_id, name), 0)
-            )
-            m = len(vals)
-            ckey = (task.task_id, name)
-            hit = cols_cache.get(ckey)
-            if hit is not None and hit[0] is vals and hit[2] is u:
-                # the same memoised residual array (e.g. an unconditioned pool that did not
-                # grow) read at the same uniforms: the same column
-                col = hit[1]
-            else:
-                if m == 1:
-                    col = np.full(self.n_samples, float(vals[0]))
-                else:
-                    col = vals[(u[:, stage_cols[name]] * m).astype(np.int64)]
-                cols_cache[ckey] = (vals, col, u)
+            vals = stage_residuals(snap, task, st, generated.get((tid, name), 0))
             k = len(names)
             names.append(name)
-            cols.append(col)
-            if st.status == StageStatus.READY:
+            vals_list.append(vals)
+            u_cols.append(c)
+            sizes.append(len(vals))
+            if status == StageStatus.READY:
                 ready.append(k)
-            elif st.status in (StageStatus.RUNNING, StageStatus.TOOL):
+            elif status == StageStatus.RUNNING or status == StageStatus.TOOL:
                 running.append(k)
         index = {n: k for k, n in enumerate(names)}
-        deps = [tuple(index[d] for d in task.stages[n].deps if d in index) for n in names]
-        z = np.empty((self.n_samples, len(cols)))
-        for k, col in enumerate(cols):
-            z[:, k] = col
+        deps = [tuple(index[d] for d in stages[n].deps if d in index) for n in names]
         e = TaskMC(
-            task.task_id, task.version, names, deps, tuple(ready), tuple(running), z, snap.time_s
+            tid,
+            task.version,
+            names,
+            deps,
+            tuple(ready),
+            tuple(running),
+            self._samples(u, vals_list, u_cols, sizes),
+            snap.time_s,
+            index,
         )
-        self._entries[task.task_id] = e
+        self._entries[tid] = e
         return e
+
+    def _samples(
+        self, u: np.ndarray, vals: list[np.ndarray], u_cols: list[int], sizes: list[int]
+    ) -> np.ndarray:
+        """The ``(S, V)`` residual matrix: column ``k`` is ``vals[k]`` (``sizes[k]`` equally
+        likely values) read by inverse CDF at the uniforms ``u[:, u_cols[k]]``, i.e. row ``s``
+        holds ``vals[k][floor(u[s, u_cols[k]] * sizes[k])]``.  One gather from the
+        concatenated values for every column at once (each column's indices shifted by the
+        offset of its values): a few numpy calls per task version instead of a few per stage,
+        and the same floats (the same products, truncated the same way)."""
+        n = len(vals)
+        if n == 0:
+            return np.empty((self.n_samples, 0))
+        lo = u_cols[0]
+        # the unfinished stages are usually a run of the topological order (a chain's are
+        # its suffix): a slice, not a fancy-indexed copy
+        picked = u[:, lo : lo + n] if u_cols[-1] - lo == n - 1 else u[:, u_cols]
+        idx = (picked * np.array(sizes, dtype=float)).astype(np.int64)
+        if n == 1:
+            out: np.ndarray = vals[0][idx]
+        else:
+            idx += np.array([0, *itertools.accumulate(sizes[:-1])])
+            out = np.concatenate(vals)[idx]
+        return out
 
     def expected_remaining_s(self, snap: Snapshot, task: TaskState) -> float:
         """``L_i``: expected longest remaining path (s) if every ready stage started now."""
