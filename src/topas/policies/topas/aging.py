@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable, Mapping, Sequence
+from itertools import repeat
 
 from topas.engine.snapshot import Snapshot, TaskState
 from topas.policies.topas.core import TopasCore
@@ -22,8 +23,8 @@ class Aging(TopasCore):
 
     Reads the policy's parameters ``aging``, ``rho``, ``H_age``, ``rank_key``,
     ``size_weight``, ``size_gate``, ``tail_q`` and its estimator ``mc``; keeps the per-run
-    caches ``_median``, ``_rank``, ``_rank_keys``, ``_live_arrivals``, ``_done_jcts`` and
-    reads ``_task_info`` (declared in :class:`TopasCore`)."""
+    caches ``_median``, ``_rank``, ``_rank_keys``, ``_live_arrivals``, ``_live_sorted``,
+    ``_done_jcts`` and reads ``_task_info`` (declared in :class:`TopasCore`)."""
 
     def h_age(self, snap: Snapshot) -> float:
         """``H_age`` in seconds: fixed, or the running median of stage service times."""
@@ -87,15 +88,18 @@ class Aging(TopasCore):
     def tail_age_s(self, snap: Snapshot) -> float:
         """``tail_q``: the age (s) past which a task ranks first -- that quantile of the JCTs
         of the tasks finished so far in this run (inf until 10 have finished)."""
-        live, done = self._live_arrivals, self._done_jcts
+        live, done, srt = self._live_arrivals, self._done_jcts, self._live_sorted
         tasks = snap.tasks
         now = snap.time_s
         for tid in finished(live, tasks):
-            bisect.insort(done, now - live.pop(tid))
+            arrival = live.pop(tid)
+            del srt[bisect.bisect_left(srt, arrival)]
+            bisect.insort(done, now - arrival)
         if len(live) != len(tasks):
             for tid, ts in tasks.items():
                 if tid not in live:
                     live[tid] = ts.arrival_s
+                    bisect.insort(srt, ts.arrival_s)
         if len(done) < 10:
             return math.inf
         return done[min(len(done) - 1, int(self.tail_q * len(done)))]
@@ -122,14 +126,15 @@ class Aging(TopasCore):
                     build(ts)
             keys = self._rank_keys
             inf = math.inf
-            ids: tuple[object, ...] = (tuple(tasks), tuple(keys.get(t, inf) for t in tasks))
+            ids: tuple[object, ...] = (tuple(tasks), tuple(map(keys.get, tasks, repeat(inf))))
         else:
             ids = (tuple(tasks), ())
         late_before = -math.inf
         if self.tail_q > 0:
             # tasks that arrived before now - tail age rank first, oldest first
             late_before = snap.time_s - self.tail_age_s(snap)
-            ids = (*ids, sum(1 for t in tasks.values() if t.arrival_s < late_before))
+            # (tail_age_s keeps the unfinished tasks' arrivals sorted)
+            ids = (*ids, bisect.bisect_left(self._live_sorted, late_before))
         if self._rank[0] != ids:
             if not by_size:
                 order = sorted(tasks.values(), key=lambda t: (t.arrival_s, t.task_id))
@@ -154,7 +159,7 @@ class Aging(TopasCore):
 def finished(tracked: Mapping[int, object], tasks: Mapping[int, object]) -> list[int]:
     """The task ids in ``tracked`` that are no longer in ``tasks`` (a task leaves
     ``Snapshot.tasks`` when it finishes); no list is built when none has gone."""
-    if len(tracked) <= len(tasks) and all(t in tasks for t in tracked):
+    if len(tracked) <= len(tasks) and tracked.keys() <= tasks.keys():
         return []
     return [t for t in tracked if t not in tasks]
 

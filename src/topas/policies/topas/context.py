@@ -94,7 +94,10 @@ class Context(GreedyPack):
         )
         waiting_agents = {r.agent for r in snap.waiting}
         self.active = set(self.resident0) | set(self.running_by_agent) | waiting_agents
-        self.defer_s = pol.deferral_s(snap, out_mean)
+        # the running requests' decode step and expected remaining service (s): D_t reads
+        # them, and backfilling's shadow time (computed once per decision)
+        self.running_left = running_left_s(snap, out_mean) if running else (0.0, [])
+        self.defer_s = pol.deferral_s(snap, out_mean, self.running_left[1] if running else None)
         # H_age feeds only log aging and revoke_value="current" (rank aging never reads it)
         h_age = (
             pol.h_age(snap)
@@ -215,8 +218,6 @@ class Context(GreedyPack):
                 order_a = sorted(groups, key=lambda a: -value(a))
                 groups = {a: groups[a] for a in order_a}
             cands = [c for g in groups.values() for c in g]
-        #: (agent, stage kind) -> whether its recent stages made several calls (held_shadow)
-        self._multi_round: dict[tuple[str, str], bool] = {}
         if pol.hol_block:
             cands = self.head_of_line(cands, out_mean if pol.backfill else None)
         self.cands = cands
@@ -298,7 +299,7 @@ class Context(GreedyPack):
         cost = snap.cost
         if not snap.running:
             return []  # nothing running frees memory: the head waits for holds or prefixes
-        step, lefts = running_left_s(snap, out_mean)
+        step, lefts = self.running_left
         # a finished request gives back its KV and the output headroom kept for it (free
         # excludes both)
         shadow, avail = None, free
@@ -355,11 +356,13 @@ class Context(GreedyPack):
             return back
         t = self.snap.tasks.get(r.task_id)
         kind = t.stages[r.stage].kind if t is not None else ""
-        multi = self._multi_round.get((r.agent, kind))
-        if multi is None:
-            recs = self.snap.history.get((r.agent, kind), ())
-            multi = self._multi_round[(r.agent, kind)] = any(x.rounds > 1 for x in recs[-20:])
-        return back if multi else back + r.kv_tokens
+        key = (r.agent, kind)
+        recs = self.snap.history.get(key, ())
+        # memoised per run by the record count (the history is append-only)
+        hit = self.pol._multi_round.get(key)
+        if hit is None or hit[0] != len(recs):
+            hit = self.pol._multi_round[key] = (len(recs), any(x.rounds > 1 for x in recs[-20:]))
+        return back if hit[1] else back + r.kv_tokens
 
     def joint_share(self, e: TaskMC, n_ready: int) -> float:
         """``(L_i(none started) - L_i(all ready started)) / n``: a task's gain from starting all

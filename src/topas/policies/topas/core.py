@@ -77,7 +77,11 @@ class TopasCore:
     _pred_pairs: list[tuple[float, float]]
     _pred_corr: float
     _live_arrivals: dict[int, float]  #: tail_q: arrival time of every unfinished task seen
+    _live_sorted: list[float]  #: tail_q: the values of ``_live_arrivals``, sorted
     _done_jcts: list[float]  #: tail_q: sorted JCTs (s) of the tasks seen to finish
+    #: held_shadow: (agent, stage kind) -> (its record count, whether any of its last 20
+    #: records made several calls)
+    _multi_round: dict[tuple[str, str], tuple[int, bool]]
     #: KV tokens and prefixes committed earlier in this decision (holds decided first)
     _committed_tokens: int
     _committed_agents: frozenset[str]

@@ -127,10 +127,13 @@ class Topas(Aging, Terms):
             raise ValueError(f"topas: tail_q={tail_q} must be in [0, 1)")
         self.tail_q = tail_q
         self.room_moves = bool(room_moves)
-        #: tail_q > 0: arrival time of every unfinished task seen, and the sorted JCTs (s) of
-        #: the tasks seen to finish (a task finishes when it leaves ``snap.tasks``)
+        #: tail_q > 0: arrival time of every unfinished task seen (also sorted), and the sorted
+        #: JCTs (s) of the tasks seen to finish (a task finishes when it leaves ``snap.tasks``)
         self._live_arrivals = {}
+        self._live_sorted = []
         self._done_jcts = []
+        #: held_shadow: (agent, stage kind) -> (record count, recent multi-round stages)
+        self._multi_round = {}
         #: rank_key != "arrival": task id -> its rank key (s), set when its E[LP] is estimated
         self._rank_keys = {}
         #: KV tokens and prefixes a subclass has already committed in this decision (holds
@@ -201,7 +204,9 @@ class Topas(Aging, Terms):
             self._pred_pairs.clear()
             self._pred_corr = -1.0
             self._live_arrivals.clear()
+            self._live_sorted.clear()
             self._done_jcts.clear()
+            self._multi_round.clear()
         if len(self._task_info) > 2 * len(snap.tasks) + 64:
             for tid in [t for t in self._task_info if t not in snap.tasks]:
                 del self._task_info[tid]

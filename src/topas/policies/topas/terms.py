@@ -34,6 +34,10 @@ from topas.engine.snapshot import Phase, RequestState, Snapshot, StageStatus, Ta
 from topas.estimators import TaskMC
 from topas.policies.topas.core import TopasCore
 
+#: the statuses of a stage whose successors need not wait for anything else from it to be
+#: counted by ``lookahead_agents``: running (admitted or in a tool call) or done
+_STARTED_OR_DONE = (StageStatus.RUNNING, StageStatus.TOOL, StageStatus.DONE)
+
 
 def running_left_s(snap: Snapshot, out_mean: Callable[[str], float]) -> tuple[float, list[float]]:
     """The current batch's decode step time and, per running request (in ``snap.running``
@@ -131,13 +135,19 @@ class Terms(TopasCore):
             c_out[a] = hit.c_out
         return c_in, c_out
 
-    def deferral_s(self, snap: Snapshot, out_mean: Callable[[str], float]) -> float:
+    def deferral_s(
+        self,
+        snap: Snapshot,
+        out_mean: Callable[[str], float],
+        lefts: list[float] | None = None,
+    ) -> float:
         """``D_t``: expected time to the next admission opportunity -- the smallest expected
         remaining service among running requests (an empty engine: the shortest expected
-        call among waiting requests)."""
+        call among waiting requests).  ``lefts``: :func:`running_left_s`'s per-request
+        times when the caller has them already."""
         cost = snap.cost
         if snap.running:
-            return min(running_left_s(snap, out_mean)[1])
+            return min(lefts if lefts is not None else running_left_s(snap, out_mean)[1])
         best = math.inf
         for r in snap.waiting:
             step = cost.decode_step_time(1, r.prefix_tokens + r.prompt_tokens)
@@ -219,15 +229,23 @@ class Terms(TopasCore):
             hit = cache.get(tid)
             if hit is not None and hit[0] == ts.version:
                 continue
+            # such a stage is a successor of a running one whose other dependencies are
+            # all running or done: only the running stages' successors are examined (a
+            # pending stage is visited once; the agents' order does not matter, they are
+            # counted)
             agents = []
-            for st in ts.stages.values():
-                if st.status != StageStatus.PENDING:
+            stages = ts.stages
+            seen: set[str] = set()
+            for st in stages.values():
+                if st.status != StageStatus.RUNNING and st.status != StageStatus.TOOL:
                     continue
-                preds = [ts.stages[d] for d in st.deps if ts.stages[d].status != StageStatus.DONE]
-                if preds and all(
-                    p.status in (StageStatus.RUNNING, StageStatus.TOOL) for p in preds
-                ):
-                    agents.append(st.agent)
+                for name in st.succs:
+                    nxt = stages[name]
+                    if nxt.status != StageStatus.PENDING or name in seen:
+                        continue
+                    seen.add(name)
+                    if all(stages[d].status in _STARTED_OR_DONE for d in nxt.deps):
+                        agents.append(nxt.agent)
             if hit is not None:
                 for a in hit[1]:
                     counts[a] -= 1
