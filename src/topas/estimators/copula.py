@@ -91,6 +91,8 @@ class TaskFactor:
         self._sxy = 0.0
         self._sxx = 0.0
         self._pairs = 0
+        #: ``a2`` for the sums above (None: not computed since they last changed)
+        self._a2: float | None = None
         #: task id -> (S, 1 + stages) standard normals: column 0 the factor's, then the stages'
         self._normals: dict[int, np.ndarray] = {}
         #: task id -> ((a2, n scores), uniforms (S, stages))
@@ -106,6 +108,7 @@ class TaskFactor:
         self._sorted.clear()
         self._sxy = self._sxx = 0.0
         self._pairs = 0
+        self._a2 = None
 
     def forget(self, task_id: int) -> None:
         """Drop a finished task's cached samples (its scores stay counted in ``a^2``)."""
@@ -115,12 +118,16 @@ class TaskFactor:
 
     @property
     def a2(self) -> float:
-        """The current estimate of the within-task correlation of stage scores."""
-        if self._pairs == 0 or self._sxx <= 0:
-            return 0.0
-        rho = self._sxy / self._sxx * self._pairs / (self._pairs + self.prior_pairs)
-        rho = min(max(rho, 0.0), self.max_a2)
-        return math.floor(rho / self.step + 1e-9) * self.step
+        """The current estimate of the within-task correlation of stage scores (memoised
+        until the next scored stage: it is read at every task version)."""
+        if self._a2 is None:
+            if self._pairs == 0 or self._sxx <= 0:
+                self._a2 = 0.0
+            else:
+                rho = self._sxy / self._sxx * self._pairs / (self._pairs + self.prior_pairs)
+                rho = min(max(rho, 0.0), self.max_a2)
+                self._a2 = math.floor(rho / self.step + 1e-9) * self.step
+        return self._a2
 
     def score(self, tokens: int, pool_tokens: np.ndarray, key: tuple[str, str]) -> float:
         """Normal score of ``tokens`` output tokens within the pool's output tokens."""
@@ -148,6 +155,7 @@ class TaskFactor:
                 self._sxy += 2.0 * x * y
                 self._sxx += x * x + y * y
                 self._pairs += 2
+                self._a2 = None
             scores[name] = x
         return scores
 

@@ -255,8 +255,12 @@ class MonteCarloLP:
                 ready.append(k)
             elif status == StageStatus.RUNNING or status == StageStatus.TOOL:
                 running.append(k)
-        index = {n: k for k, n in enumerate(names)}
-        deps = [tuple(index[d] for d in stages[n].deps if d in index) for n in names]
+        if e is not None and e.names == names:
+            # the same unfinished stages as the previous version: the same dependencies
+            index, deps = e.index, e.deps
+        else:
+            index = {n: k for k, n in enumerate(names)}
+            deps = [tuple(index[d] for d in stages[n].deps if d in index) for n in names]
         e = TaskMC(
             tid,
             task.version,

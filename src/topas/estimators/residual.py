@@ -29,6 +29,7 @@ matrix by inverse CDF (common random numbers).
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Protocol
 
 import numpy as np
@@ -36,6 +37,9 @@ import numpy as np
 from topas.engine.cost import CostModel
 from topas.engine.snapshot import Snapshot, StageState, StageStatus, TaskState
 from topas.workflow.model import Task
+
+#: a record's fields, read by C-level getters (a pool is rebuilt whenever its kind completes)
+_SERVICE, _ROUNDS, _TOKENS = (attrgetter(f) for f in ("service_s", "rounds", "output_tokens"))
 
 #: quantiles of the prior output-length spread, relative to ``prior_output_tokens``
 PRIOR_QUANTILES = (0.25, 0.5, 1.0, 1.5, 2.75)
@@ -82,7 +86,9 @@ class EmpiricalResidual:
             tuple[str, str], tuple[int, object, np.ndarray, np.ndarray, np.ndarray]
         ] = {}
         self._prior: dict[str, tuple[CostModel, np.ndarray]] = {}
-        self._sorted: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
+        #: (agent, kind) -> (pool service array, its sorted copy, the history mapping and its
+        #: record count when last checked): the unconditioned residuals
+        self._sorted: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, object, int | None]] = {}
 
     # -- pools ------------------------------------------------------------------------------
     def _prior_points(self, snap: Snapshot, agent: str) -> np.ndarray:
@@ -116,9 +122,9 @@ class EmpiricalResidual:
         if hit is not None and hit[0] == n and hit[1] is snap.history:
             return hit[2], hit[3], hit[4]
         tail = recs[-self.window :] if n else ()
-        z = [r.service_s for r in tail]
-        rounds = [r.rounds for r in tail]
-        toks = [r.output_tokens for r in tail]
+        z = list(map(_SERVICE, tail))
+        rounds = list(map(_ROUNDS, tail))
+        toks = list(map(_TOKENS, tail))
         if n < self.min_history:
             pts = self._prior_points(snap, agent)
             z.extend(pts.tolist())
@@ -134,19 +140,30 @@ class EmpiricalResidual:
     def stage_residuals(
         self, snap: Snapshot, task: TaskState, stage: StageState, generated_tokens: int = 0
     ) -> np.ndarray:
-        z, rounds, toks = self.pool(snap, stage.agent, stage.kind)
         k = stage.rounds_done
         y = stage.output_tokens + generated_tokens
         started_s = stage.started_s
         started = started_s is not None and stage.status != StageStatus.PENDING
-        e = snap.time_s - started_s if started_s is not None and started else 0.0
         if not started and k == 0 and y == 0:
-            # unconditioned: the sorted pool, memoised with the pool (history is append-only)
+            # unconditioned: the sorted pool, memoised with the pool (history is append-only);
+            # while the engine's record count has not moved no pool has changed, so the
+            # pool itself need not even be looked up (a task's pending stages of one kind)
             key = (stage.agent, stage.kind)
             hit = self._sorted.get(key)
-            if hit is None or hit[0] is not z:
-                hit = self._sorted[key] = (z, np.sort(z))
-            return hit[1]
+            n_records = snap.history_records
+            if (
+                hit is not None
+                and n_records is not None
+                and hit[3] == n_records
+                and hit[2] is snap.history
+            ):
+                return hit[1]
+            z = self.pool(snap, stage.agent, stage.kind)[0]
+            srt = hit[1] if hit is not None and hit[0] is z else np.sort(z)
+            self._sorted[key] = (z, srt, snap.history, n_records)
+            return srt
+        z, rounds, toks = self.pool(snap, stage.agent, stage.kind)
+        e = snap.time_s - started_s if started_s is not None and started else 0.0
         ok = z > e
         if k > 0:
             ok_r = ok & (rounds > k)
