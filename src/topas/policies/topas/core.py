@@ -66,6 +66,7 @@ class TopasCore:
     #: per task: (version, agents of its next-hop stages) for V_reuse's look-ahead
     _lookahead: dict[int, tuple[int, tuple[str, ...]]]
     _la_counts: dict[str, int]  #: n_a(t) summed over ``_lookahead``
+    _la_versions: dict[int, int]  #: task id -> the version ``_lookahead`` holds for it
     _median: tuple[int, float]  #: (history length, running median service time (s))
     #: rank aging: (the key of the memo, task id -> number of unfinished tasks ranked after)
     _rank: tuple[tuple[object, ...], dict[int, int]]

@@ -460,6 +460,7 @@ class TopasHold(Topas):
 
         early: dict[tuple[int, str], float] = {}
         plan0: AdmissionPlan | None = None
+        offered: list[tuple[tuple[int, str], HeldContext]] | None = None
         if self.holds == "first" and snap.held:
             # hold first: offered contexts (oldest task first) take the free KV before the
             # search packs admissions into what is left
@@ -467,7 +468,8 @@ class TopasHold(Topas):
             free = plan0.free
             used = 0
             agents: set[str] = set()
-            for key, h in self._offered(snap, arrival):
+            offered = self._offered(snap, arrival)  # the same list after the search
+            for key, h in offered:
                 if h.agent not in plan0.resident:
                     continue
                 tau = self.ttl_s(snap, key)
@@ -511,7 +513,8 @@ class TopasHold(Topas):
         # it out
         extra: list[int] = []
         release: list[tuple[int, str]] = []
-        left = [r for r in snap.waiting if r.request_id not in set(base.admit)]
+        admitted_ids = set(base.admit)
+        left = [r for r in snap.waiting if r.request_id not in admitted_ids]
         blocked: RequestState | None = min(
             left, key=lambda r: (arrival(r.task_id), r.seq), default=None
         )
@@ -554,7 +557,9 @@ class TopasHold(Topas):
         # hold: contexts offered now, oldest task first, while they fit the free budget
         hold: dict[tuple[int, str], float] = dict(early)
         admitted_keys = {(waiting[rid].task_id, waiting[rid].stage) for rid in plan.admitted}
-        for key, h in self._offered(snap, arrival):
+        if offered is None:
+            offered = self._offered(snap, arrival)
+        for key, h in offered:
             if key in admitted_keys or key in hold:
                 continue  # its next call starts now, or held before admission
             if (

@@ -176,6 +176,7 @@ class Topas(Aging, Terms):
         )
         self._lookahead = {}
         self._la_counts = {}  #: n_a(t) summed over ``_lookahead``
+        self._la_versions = {}
         self._median = (-1, 0.0)
         #: per task: its Monte Carlo entry for its current version (terms.TaskInfo)
         self._task_info = {}
@@ -196,6 +197,7 @@ class Topas(Aging, Terms):
             self._moves.clear()
             self._lookahead.clear()
             self._la_counts.clear()
+            self._la_versions = {}
             self._median = (-1, 0.0)
             self._rank = ((), {})
             self._rank_keys.clear()

@@ -279,12 +279,15 @@ def exhaustive(ctx: Context, agents: list[str], max_preempt: int) -> Choice | No
     # a set that leaves out the agent of a running request preempts it; with no
     # preemption allowed GREEDYPACK rejects such a set, so it is skipped here
     must = frozenset(ctx.running_by_agent) - ctx.pinned if max_preempt == 0 else frozenset()
+    # so only the supersets of ``must`` are enumerated: ``must`` plus each combination of the
+    # other agents, by size then in combinations order -- the order in which they come in the
+    # plain enumeration (two sets of one size are ordered by the first agent in which they
+    # differ, and that is never one of ``must``)
+    others = [a for a in agents if a not in must]
     best: Choice | None = None
-    for n in range(len(must), len(agents) + 1):
-        for sub in itertools.combinations(agents, n):
-            s = frozenset(sub)
-            if must and not must <= s:
-                continue
+    for n in range(len(others) + 1):
+        for sub in itertools.combinations(others, n):
+            s = must.union(sub)
             if bar is not None and ctx.upper_bound(s) < bar:
                 continue
             best = ctx.better(best, ctx.greedypack(s))

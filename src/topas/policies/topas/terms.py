@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 
 from topas.engine.snapshot import Phase, RequestState, Snapshot, StageStatus, TaskState
 from topas.estimators import TaskMC
@@ -37,6 +38,7 @@ from topas.policies.topas.core import TopasCore
 #: the statuses of a stage whose successors need not wait for anything else from it to be
 #: counted by ``lookahead_agents``: running (admitted or in a tool call) or done
 _STARTED_OR_DONE = (StageStatus.RUNNING, StageStatus.TOOL, StageStatus.DONE)
+_VERSION = attrgetter("version")
 
 
 def running_left_s(snap: Snapshot, out_mean: Callable[[str], float]) -> tuple[float, list[float]]:
@@ -221,14 +223,19 @@ class Terms(TopasCore):
         predecessors are running now (admitted or between calls of a ReAct stage).
 
         Each task's contribution is cached by its version and the totals are kept up to
-        date incrementally, so an event costs one version check per unfinished task."""
+        date incrementally, so an event costs one version check per unfinished task (a
+        comparison of two task -> version maps, in C: the changed tasks are the items that
+        differ; the order they are recounted in does not matter)."""
         cache = self._lookahead
         counts = self._la_counts
         tasks = snap.tasks
-        for tid, ts in tasks.items():
+        versions = dict(zip(tasks, map(_VERSION, tasks.values())))
+        seen_versions = self._la_versions
+        if versions == seen_versions:
+            return {a: n for a, n in counts.items() if n > 0}
+        for tid, _ in versions.items() - seen_versions.items():
+            ts = tasks[tid]
             hit = cache.get(tid)
-            if hit is not None and hit[0] == ts.version:
-                continue
             # such a stage is a successor of a running one whose other dependencies are
             # all running or done: only the running stages' successors are examined (a
             # pending stage is visited once; the agents' order does not matter, they are
@@ -256,4 +263,5 @@ class Terms(TopasCore):
             for tid in [t for t in cache if t not in tasks]:
                 for a in cache.pop(tid)[1]:
                     counts[a] -= 1
+        self._la_versions = versions
         return {a: n for a, n in counts.items() if n > 0}
