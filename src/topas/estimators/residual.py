@@ -171,7 +171,7 @@ class EmpiricalResidual:
             ok_r = ok
         ok_full = ok_r & (toks > y) if y > 0 else ok_r
         for mask in (ok_full, ok_r, ok):
-            if mask.any():
+            if np.count_nonzero(mask):  # mask.any() without its Python-level wrapper
                 return np.sort(z[mask] - e)
         # nothing in the pool ran this long: assume one more mean call
         return np.array([float(np.mean(z / np.maximum(rounds, 1)))])

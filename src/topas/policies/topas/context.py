@@ -78,7 +78,7 @@ class Context(GreedyPack):
         self.reserve = reserve
         running = snap.running
         prefixes = snap.prefixes
-        self.free0 = snap.free_kv_tokens - sum(reserve(r) for r in running) - pol._committed_tokens
+        self.free0 = snap.free_kv_tokens - sum(map(reserve, running)) - pol._committed_tokens
         self.resident0 = frozenset(a for a, p in prefixes.items() if p.location == Location.DEVICE)
         self.running_by_agent: dict[str, list[RequestState]] = {}
         for r in running:

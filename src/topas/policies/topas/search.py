@@ -246,9 +246,9 @@ class GreedyPack:
         """The Score terms (seconds) of a packed state."""
         pol = self.pol
         r_in = resident - self.resident0
-        t_in = {c.task_id for c in self.cands if c.agent in r_in and c.req.request_id in done}
         j_move = 0.0
         if pol.use_move and r_in:
+            t_in = {c.task_id for c in self.cands if c.agent in r_in and c.req.request_id in done}
             moved = sum(self.c_in[a] for a in r_in) + sum(self.c_out[a] for a in evict)
             j_move = moved * len(t_in)
         j_redo = sum(self.redo[r] for r in preempt) if pol.use_redo else 0.0

@@ -230,6 +230,7 @@ class Terms(TopasCore):
         counts = self._la_counts
         tasks = snap.tasks
         versions = dict(zip(tasks, map(_VERSION, tasks.values())))
+        running, tool, pending = StageStatus.RUNNING, StageStatus.TOOL, StageStatus.PENDING
         seen_versions = self._la_versions
         if versions == seen_versions:
             return {a: n for a, n in counts.items() if n > 0}
@@ -244,11 +245,12 @@ class Terms(TopasCore):
             stages = ts.stages
             seen: set[str] = set()
             for st in stages.values():
-                if st.status != StageStatus.RUNNING and st.status != StageStatus.TOOL:
+                status = st.status
+                if status != running and status != tool:
                     continue
                 for name in st.succs:
                     nxt = stages[name]
-                    if nxt.status != StageStatus.PENDING or name in seen:
+                    if nxt.status != pending or name in seen:
                         continue
                     seen.add(name)
                     if all(stages[d].status in _STARTED_OR_DONE for d in nxt.deps):
