@@ -97,7 +97,7 @@ class Context(GreedyPack):
         # the running requests' decode step and expected remaining service (s): D_t reads
         # them, and backfilling's shadow time (computed once per decision)
         self.running_left = running_left_s(snap, out_mean) if running else (0.0, [])
-        self.defer_s = pol.deferral_s(snap, out_mean, self.running_left[1] if running else None)
+        self.defer_s = pol.deferral_s(snap, out_mean, self.running_left[1])
         # H_age feeds only log aging and revoke_value="current" (rank aging never reads it)
         h_age = (
             pol.h_age(snap)
