@@ -10,7 +10,9 @@ For every KV budget (tokens; default: the profile's) and policy it runs the work
 mean over seeds of: mean JCT and request queueing (s), and time-weighted means over the
 intervals between scheduling decisions of the tokens in resident agent prefixes, in running
 requests (prompt and generated tokens), in held contexts, and free (free includes the
-engine's evictable context cache), all as seen at the end of each interval; the batch size;
+engine's evictable context cache), all as seen at the end of each interval (the next
+decision's snapshot: it already counts the memory the event ending the interval released and
+none of that decision's admissions, so "free" overstates the room the interval had); the batch size;
 the number of requests each decision left waiting and the share of time with one left
 waiting.  ``--param`` sets parameters of the TOPAS policies only.  A workload whose JCT falls steeply with the budget while every policy
 stays within a few percent of the others at each budget is bound by memory, not by order.
