@@ -63,8 +63,9 @@ class TopasCore:
     _task_info: dict[int, TaskInfo]
     #: per agent: its prefix move costs c_in, c_out (s) for its prefix state
     _moves: dict[str, _MoveCost]
-    #: per task: (version, agents of its next-hop stages) for V_reuse's look-ahead
-    _lookahead: dict[int, tuple[int, tuple[str, ...]]]
+    #: per task: the agents of its next-hop stages, for V_reuse's look-ahead (at the version
+    #: ``_la_versions`` holds for it)
+    _lookahead: dict[int, tuple[str, ...]]
     _la_counts: dict[str, int]  #: n_a(t) summed over ``_lookahead``
     _la_versions: dict[int, int]  #: task id -> the version ``_lookahead`` holds for it
     _median: tuple[int, float]  #: (history length, running median service time (s))

@@ -256,14 +256,14 @@ class Terms(TopasCore):
                     if all(stages[d].status in _STARTED_OR_DONE for d in nxt.deps):
                         agents.append(nxt.agent)
             if hit is not None:
-                for a in hit[1]:
+                for a in hit:
                     counts[a] -= 1
             for a in agents:
                 counts[a] = counts.get(a, 0) + 1
-            cache[tid] = (ts.version, tuple(agents))
+            cache[tid] = tuple(agents)
         if len(cache) > len(tasks):  # finished tasks: their stages count no more
             for tid in [t for t in cache if t not in tasks]:
-                for a in cache.pop(tid)[1]:
+                for a in cache.pop(tid):
                     counts[a] -= 1
         self._la_versions = versions
         return {a: n for a, n in counts.items() if n > 0}
