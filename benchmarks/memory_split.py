@@ -10,11 +10,12 @@ For every KV budget (tokens; default: the profile's) and policy it runs the work
 mean over seeds of: mean JCT and request queueing (s), and time-weighted means over the
 intervals between scheduling decisions of the tokens in resident agent prefixes, in running
 requests (prompt and generated tokens), in held contexts, and free (free includes the
-engine's evictable context cache), all as seen at the end of each interval (the next
-decision's snapshot: it already counts the memory the event ending the interval released and
-none of that decision's admissions, so "free" overstates the room the interval had); the batch size;
-the number of requests each decision left waiting and the share of time with one left
-waiting.  ``--param`` sets parameters of the TOPAS policies only.  A workload whose JCT falls steeply with the budget while every policy
+engine's evictable context cache), all as they stand once the decision that opens the
+interval is applied (its preemptions, evictions, loads, holds and admissions, computed by the
+engine's own decision check, :func:`topas.engine.state.check_snapshot`; decode growth within
+the interval is not counted); the batch size; the number of requests each decision left
+waiting and the share of time with one left waiting.  ``--param`` sets parameters of the
+TOPAS policies only.  A workload whose JCT falls steeply with the budget while every policy
 stays within a few percent of the others at each budget is bound by memory, not by order.
 """
 
@@ -28,8 +29,10 @@ import numpy as np
 
 from topas.api import sample_tasks
 from topas.engine.cost import get_profile
+from topas.engine.decision import Decision
 from topas.engine.simulator import Simulator
 from topas.engine.snapshot import Location, Snapshot
+from topas.engine.state import check_snapshot
 from topas.policies import check_params, make_policy, policy_info
 from topas.policies.params import key_value_pairs
 from topas.reproduce import rate_of
@@ -42,8 +45,8 @@ FIELDS = ("prefix", "running", "held", "free", "batch", "waiting", "any_waiting"
 
 class _Sampled:
     """Wraps a policy and integrates the engine state over time: each interval between two
-    decisions counts the memory and batch seen just before the later decision (the state the
-    interval ended in) and the requests the earlier decision left waiting."""
+    decisions counts the memory and batch as the earlier decision left them (the state the
+    interval began in, once that decision is applied) and the requests it left waiting."""
 
     def __init__(self, pol) -> None:
         self.pol, self.name = pol, pol.name
@@ -51,36 +54,55 @@ class _Sampled:
             self.bind_oracle = pol.bind_oracle
         self.sums = dict.fromkeys(FIELDS, 0.0)
         self.total_s = 0.0
-        self._last: tuple[float, int] | None = None  #: (time, requests left waiting)
+        self._last: tuple[float, dict[str, float]] | None = None  #: (time, state after it)
 
     def decide(self, snap: Snapshot):
+        now = snap.time_s
         if self._last is not None:
-            t0, left = self._last
-            now = snap.time_s
+            t0, vals = self._last
             dt = now - t0
-            vals = {
-                "prefix": sum(
-                    p.tokens for p in snap.prefixes.values() if p.location == Location.DEVICE
-                ),
-                "running": sum(r.prompt_tokens + r.generated_tokens for r in snap.running),
-                # live holds only: a context offered this event (expires_s <= now) is not
-                # held yet, its KV is in the engine's cache or gone
-                "held": sum(h.tokens for h in snap.held.values() if h.expires_s > now),
-                "free": snap.free_kv_tokens,
-                "batch": len(snap.running),
-                "waiting": left,
-                "any_waiting": 1 if left > 0 else 0,
-            }
             for k, v in vals.items():
                 self.sums[k] += v * dt
             self.total_s += dt
         d = self.pol.decide(snap)
-        self._last = (snap.time_s, len(snap.waiting) - len(d.admit))
+        self._last = (now, after_decision(snap, d))
         return d
 
     def means(self) -> dict[str, float]:
         t = self.total_s if self.total_s > 0 else 1.0
         return {k: v / t for k, v in self.sums.items()}
+
+
+def after_decision(snap: Snapshot, d: Decision) -> dict[str, float]:
+    """The memory split and batch once ``d`` is applied to the state ``snap`` shows."""
+    eff = check_snapshot(d, snap)
+    now = snap.time_s
+    gone = set(eff.drop) | set(eff.evict)
+    waiting = {r.request_id: r for r in snap.waiting}
+    admitted = [waiting[rid] for rid in eff.admit]
+    resident = {
+        a for a, p in snap.prefixes.items() if p.location == Location.DEVICE and a not in gone
+    }
+    resident |= set(eff.load) | {r.agent for r in admitted}
+    preempted = set(eff.preempt)
+    running = [r for r in snap.running if r.request_id not in preempted] + admitted
+    taken = {(r.task_id, r.stage) for r in admitted}  # an admitted call takes over its hold
+    released = set(eff.release)
+    held = sum(
+        h.tokens
+        for k, h in snap.held.items()
+        if k not in released and k not in taken and eff.hold.get(k, h.expires_s) > now
+    )
+    left = len(snap.waiting) - len(admitted) + len(preempted)
+    return {
+        "prefix": sum(snap.prefixes[a].tokens for a in resident),
+        "running": sum(r.prompt_tokens + r.generated_tokens for r in running),
+        "held": held,
+        "free": snap.kv_budget_tokens - eff.used_after_tokens,
+        "batch": len(running),
+        "waiting": left,
+        "any_waiting": 1 if left > 0 else 0,
+    }
 
 
 def run_one(

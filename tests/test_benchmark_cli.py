@@ -284,3 +284,58 @@ def test_memory_split_accounts_for_every_token(cache):
         assert 0 <= r["any_waiting"] <= 1
         free[budget] = r["free"]
     assert free[20000] < free[32768]
+
+
+def test_memory_split_reads_the_state_after_each_decision():
+    # the first decision of a run admits onto an empty engine: the interval it opens holds
+    # the admitted requests and their prefixes (the next snapshot, the old end-of-interval
+    # view, shows them only once an event has passed), and the free room is the budget less
+    # what the decision uses.  Snapshots hold live engine objects, so the expectations are
+    # read at the decision itself.
+    from topas.api import sample_tasks
+    from topas.engine.cost import get_profile
+    from topas.engine.simulator import Simulator
+    from topas.policies import make_policy
+    from topas.workflow.model import round_up_to_blocks
+
+    ms = _load("memory_split")
+    seen = []
+
+    class Spy:
+        name = "fcfs"
+
+        def __init__(self):
+            self.pol = make_policy("fcfs", seed=1)
+
+        def decide(self, snap):
+            d = self.pol.decide(snap)
+            if d.admit and not seen:
+                adm = [r for r in snap.waiting if r.request_id in d.admit]
+                bs = snap.config.block_size
+                seen.append(
+                    {
+                        "after": ms.after_decision(snap, d),
+                        "idle": not snap.running,
+                        "n": len(adm),
+                        "tokens": sum(r.prompt_tokens + r.generated_tokens for r in adm),
+                        "blocks": sum(
+                            round_up_to_blocks(r.prompt_tokens + r.generated_tokens, bs)
+                            for r in adm
+                        ),
+                        "prefix": sum(snap.prefixes[a].tokens for a in {r.agent for r in adm}),
+                        "free": snap.free_kv_tokens,
+                        "left": len(snap.waiting) - len(adm),
+                    }
+                )
+            return d
+
+    w, tasks = sample_tasks("toy-chain", 2, 0.01, 1)
+    Simulator(tasks, {a.name: a for a in w.agents}, get_profile(ms.PROFILE), Spy(), seed=1).run()
+    x = seen[0]
+    after = x["after"]
+    assert x["idle"] and x["n"] >= 1
+    assert after["batch"] == x["n"]
+    assert after["running"] == x["tokens"]
+    assert after["prefix"] >= x["prefix"] > 0
+    assert after["free"] <= x["free"] - x["blocks"]
+    assert after["waiting"] == x["left"]
