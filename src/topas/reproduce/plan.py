@@ -206,8 +206,9 @@ class Plan:
     ablation_rates: tuple[float, ...] = ()
     #: every main policy at each workload's busy rate on the paired seeds, cache off and on
     paired: tuple[Job, ...] = ()
-    #: the flagship with one departure reverted at a time (``off`` parameter), on the first
-    #: five paired seeds, at the busy rates, engine context cache on
+    #: the flagship with one departure reverted at a time (``off`` parameter), on every
+    #: paired seed (ten: a paired interval over >= 10 seeds), at the busy rates, engine
+    #: context cache on
     departures: tuple[Job, ...] = ()
 
     def all_jobs(self) -> list[Job]:
@@ -259,7 +260,7 @@ def plan(cfg: Config) -> Plan:
             departures += [
                 Job(w, TARGET_POLICY, r, s, n, True, (("off", d),))
                 for d in DEPARTURES
-                for s in pseeds[:5]
+                for s in pseeds
             ]
     return Plan(
         tuple(sweep),
